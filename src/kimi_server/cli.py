@@ -1,0 +1,80 @@
+"""The ``kimi-server`` command: ``serve`` and ``models pull|list``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+from rich.console import Console
+
+from kimi_server.models.cli import models_app
+
+app = typer.Typer(name="kimi-server", help="A self-hosted server for the Kimi API.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+console = Console(stderr=True)
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to bind.")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Catalogue model name, path to a GGUF, or hf:ORG/REPO/FILE.gguf.")
+    ] = None,
+    api_key: Annotated[
+        list[str] | None, typer.Option("--api-key", help="An accepted API key; repeat for several.")
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
+    ctx_size: Annotated[int | None, typer.Option(help="Context tokens shared by all slots.")] = None,
+    parallel: Annotated[int | None, typer.Option(help="Concurrent generation slots.")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads (0: one per core).")] = None,
+    models_dir: Annotated[Path | None, typer.Option(help="Where pulled models are kept.")] = None,
+) -> None:
+    """Serve the Kimi API."""
+    from kimi_server.bootstrap import build_engines, build_keys
+    from kimi_server.http.app import create_app
+    from kimi_server.models.pull import ModelPullError
+    from kimi_server.settings import load_settings
+
+    try:
+        settings = load_settings(
+            config,
+            host=host,
+            port=port,
+            model=model,
+            api_keys=api_key or None,
+            ctx_size=ctx_size,
+            parallel=parallel,
+            threads=threads,
+            models_dir=models_dir,
+        )
+        engines = build_engines(settings)
+    except (ModelPullError, FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    keys, dev_key = build_keys(settings)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    base = f"http://{settings.host}:{settings.port}/v1"
+    console.print(f"kimi-server: serving {', '.join(sorted(engines.served()))}")
+    console.print(f"  base URL: {base}")
+    if dev_key:
+        console.print(f"  development API key: {dev_key}")
+    console.print(f"  docs: http://{settings.host}:{settings.port}/docs")
+    uvicorn.run(
+        create_app(settings, engines, keys),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=5,
+    )
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

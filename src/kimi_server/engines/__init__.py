@@ -1,0 +1,1 @@
+"""Engines turn a GenerationRequest into a stream of EngineEvents."""

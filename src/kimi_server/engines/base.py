@@ -1,0 +1,22 @@
+"""The engine contract every backend implements."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from kimi_server.serving.types import EngineEvent, GenerationRequest
+
+
+class Engine(Protocol):
+    """Yields events for one request; closing the iterator early cancels the generation."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]: ...
+
+    def accepts_images(self) -> bool: ...

@@ -1,0 +1,1 @@
+"""The embedded engine: llama.cpp in-process through xllamacpp."""

@@ -1,0 +1,149 @@
+"""Generation phases on top of raw completions: reasoning first, then the answer.
+
+Both phases extend the same prompt, so the answer phase reuses the KV cache of the reasoning
+phase and costs only the new tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
+from kimi_server.parsers.reasoning import ReasoningFormat
+from kimi_server.serving.types import (
+    ContentDelta,
+    EngineEvent,
+    Finish,
+    GenerationRequest,
+    ReasoningDelta,
+    Usage,
+)
+
+
+@dataclass
+class Tally:
+    """Token counts across the calls that make up one request."""
+
+    prompt: int = 0
+    cached: int = 0
+    completion: int = 0
+    reasoning: int = 0
+    calls: int = 0
+
+    def add(self, result: CompletionResult, *, reasoning: bool) -> None:
+        if self.calls == 0:
+            self.prompt, self.cached = result.prompt_tokens, result.cached_tokens
+        self.calls += 1
+        self.completion += result.completion_tokens
+        if reasoning:
+            self.reasoning += result.completion_tokens
+
+    def usage(self, request: GenerationRequest) -> Usage:
+        written = self.prompt - self.cached if request.cache.separate_writes else 0
+        return Usage(
+            prompt_tokens=self.prompt,
+            cached_tokens=self.cached,
+            cache_write_tokens=written,
+            completion_tokens=self.completion,
+            reasoning_tokens=self.reasoning,
+        )
+
+
+@dataclass
+class PhaseContext:
+    runner: CompletionRunner
+    request: GenerationRequest
+    fmt: ReasoningFormat
+    sampling: dict[str, Any]
+    tally: Tally = field(default_factory=Tally)
+
+    def body(self, prompt: str, n_predict: int, **extra: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": prompt,
+            "n_predict": n_predict,
+            "cache_prompt": True,
+            **self.sampling,
+            **extra,
+        }
+        if self.request.seed is not None:
+            body["seed"] = self.request.seed
+        return body
+
+
+async def _call(
+    ctx: PhaseContext, body: dict[str, Any], *, reasoning: bool
+) -> AsyncIterator[str | CompletionResult]:
+    async for item in ctx.runner.stream(body):
+        if isinstance(item, CompletionResult):
+            ctx.tally.add(item, reasoning=reasoning)
+        yield item
+
+
+def open_thinking(prompt: str, fmt: ReasoningFormat) -> str:
+    """The prompt with the thinking block opened (once: some templates open it themselves)."""
+    if prompt.rstrip().endswith(fmt.opener.strip()):
+        return prompt
+    return prompt + fmt.opener
+
+
+async def reason(ctx: PhaseContext, opened: str) -> AsyncIterator[ReasoningDelta | str]:
+    """Runs the reasoning phase; yields deltas, then the whole reasoning text (a plain str)."""
+    budget = ctx.request.budget
+    cap = min(budget.cap, ctx.request.max_output_tokens)
+    # A model that thinks natively decides itself when it is done; only prompted ones get a floor.
+    floor = min(budget.floor, cap) if ctx.fmt.kind == "prompted" else 0
+    stop = [ctx.fmt.stop_marker]
+    parts: list[str] = []
+    finished_early = False
+    # First the floor: end-of-turn is masked so the model cannot skip thinking altogether.
+    if floor > 0:
+        async for item in _call(ctx, ctx.body(opened, floor, stop=stop, ignore_eos=True), reasoning=True):
+            if isinstance(item, CompletionResult):
+                finished_early = item.finish_reason == "stop"
+            else:
+                parts.append(item)
+                yield ReasoningDelta(item)
+    remaining = cap - ctx.tally.reasoning
+    if not finished_early and remaining > 0:
+        body = ctx.body(opened + "".join(parts), remaining, stop=stop)
+        async for item in _call(ctx, body, reasoning=True):
+            if not isinstance(item, CompletionResult):
+                parts.append(item)
+                yield ReasoningDelta(item)
+    yield "".join(parts)
+
+
+async def answer(
+    ctx: PhaseContext, prompt: str, extra: dict[str, Any]
+) -> AsyncIterator[ContentDelta | CompletionResult]:
+    remaining = ctx.request.max_output_tokens - ctx.tally.completion
+    body = ctx.body(prompt, remaining, **extra)
+    if ctx.request.stop:
+        body["stop"] = list(ctx.request.stop)
+    async for item in _call(ctx, body, reasoning=False):
+        yield item if isinstance(item, CompletionResult) else ContentDelta(item)
+
+
+async def prompted_generation(
+    ctx: PhaseContext, prompt: str, answer_extra: dict[str, Any]
+) -> AsyncIterator[EngineEvent]:
+    reasoning = ""
+    opened = open_thinking(prompt, ctx.fmt)
+    async for item in reason(ctx, opened):
+        if isinstance(item, str):
+            reasoning = item
+        else:
+            yield item
+    if ctx.tally.completion >= ctx.request.max_output_tokens:
+        yield Finish("length", ctx.tally.usage(ctx.request))
+        return
+    full = opened + reasoning.rstrip() + ctx.fmt.closer
+    finish = "stop"
+    async for event in answer(ctx, full, answer_extra):
+        if isinstance(event, CompletionResult):
+            finish = "length" if event.finish_reason == "length" else "stop"
+        else:
+            yield event
+    yield Finish("length" if finish == "length" else "stop", ctx.tally.usage(ctx.request))

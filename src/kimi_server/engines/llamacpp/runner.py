@@ -1,0 +1,120 @@
+"""Bridges llama.cpp's blocking, callback-streaming completion call into asyncio.
+
+Each call runs in its own worker thread (xllamacpp's handlers are thread-safe and llama.cpp
+batches concurrent slots together); chunks cross to the event loop through a queue. Closing the
+iterator sets a flag that the next callback sees, which makes llama.cpp stop that slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kimi_server.errors import EngineUnavailableError, InvalidRequestError
+
+
+class CompletionServer(Protocol):
+    def handle_completions(self, body: dict[str, Any], callback: Any = ...) -> Any: ...
+
+
+@dataclass(frozen=True)
+class CompletionResult:
+    text: str
+    finish_reason: str  # "stop" or "length"
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+
+_DONE = object()
+
+
+class CompletionRunner:
+    def __init__(self, server: CompletionServer, max_workers: int = 64) -> None:
+        self._server = server
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="llama")
+        self._pending: set[asyncio.Future[None]] = set()
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def stream(self, body: dict[str, Any]) -> AsyncIterator[str | CompletionResult]:
+        """Yields text pieces, then one ``CompletionResult``."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        cancelled = threading.Event()
+
+        def on_chunk(chunk: Any) -> bool:
+            if cancelled.is_set():
+                return True
+            loop.call_soon_threadsafe(queue.put_nowait, chunk)
+            return False
+
+        def work() -> None:
+            try:
+                ret = self._server.handle_completions({**body, "stream": True}, on_chunk)
+                if isinstance(ret, dict) and "error" in ret:
+                    loop.call_soon_threadsafe(queue.put_nowait, ret)
+            except BaseException as exc:  # handed to the event loop, re-raised there
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, _DONE)
+
+        future = loop.run_in_executor(self._pool, work)
+        text: list[str] = []
+        final: dict[str, Any] | None = None
+        try:
+            while True:
+                item = await queue.get()
+                if item is _DONE:
+                    break
+                if isinstance(item, BaseException):
+                    raise EngineUnavailableError("The engine failed to generate a response.")
+                if "error" in item:
+                    raise _engine_error(item["error"])
+                choice = (item.get("choices") or [{}])[0]
+                piece = choice.get("text") or ""
+                if piece:
+                    text.append(piece)
+                    yield piece
+                if choice.get("finish_reason") is not None or "usage" in item:
+                    final = item
+            if final is None:
+                raise EngineUnavailableError("The engine ended without a result.")
+            yield _result("".join(text), final)
+        finally:
+            # The worker sees the flag at its next token and llama.cpp frees the slot; nothing
+            # here needs to wait for that.
+            cancelled.set()
+            self._pending.add(future)
+            future.add_done_callback(self._pending.discard)
+
+
+def _result(text: str, final: dict[str, Any]) -> CompletionResult:
+    choice = (final.get("choices") or [{}])[0]
+    usage = final.get("usage") or {}
+    timings = final.get("timings") or {}
+    prompt = int(usage.get("prompt_tokens", 0))
+    cached = int(timings.get("cache_n", (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)))
+    return CompletionResult(
+        text=text,
+        finish_reason=str(choice.get("finish_reason") or "stop"),
+        prompt_tokens=prompt,
+        cached_tokens=min(cached, prompt),
+        completion_tokens=int(usage.get("completion_tokens", timings.get("predicted_n", 0))),
+    )
+
+
+def _engine_error(error: Any) -> Exception:
+    message = str(error.get("message", "")) if isinstance(error, dict) else str(error)
+    if "context" in message.lower() and ("exceed" in message.lower() or "size" in message.lower()):
+        return InvalidRequestError(
+            "The prompt is longer than this model's context window allows.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    return EngineUnavailableError("The engine could not complete the request.")

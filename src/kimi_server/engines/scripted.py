@@ -1,0 +1,79 @@
+"""A scripted engine: replays a fixed script of events. Used by the HTTP/contract unit tests
+and handy for client development without a model (``engine = "scripted"`` is not exposed to
+users; tests build it directly)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from kimi_server.serving.types import (
+    ContentDelta,
+    EngineEvent,
+    Finish,
+    GenerationRequest,
+    ReasoningDelta,
+    ToolCallDelta,
+    Usage,
+)
+
+
+@dataclass
+class Script:
+    reasoning: tuple[str, ...] = ("Let me ", "think.")
+    content: tuple[str, ...] = ("Hello", " there.")
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    prompt_tokens: int = 12
+    cached_tokens: int = 0
+    fail_after: int | None = None  # raise after this many events
+    delay: float = 0.0
+
+
+@dataclass
+class ScriptedEngine:
+    script: Script = field(default_factory=Script)
+    images: bool = False
+    name: str = "scripted"
+    requests: list[GenerationRequest] = field(default_factory=list)
+    cancelled: int = 0
+    on_generate: Callable[[GenerationRequest], None] | None = None
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def accepts_images(self) -> bool:
+        return self.images
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
+        self.requests.append(request)
+        if self.on_generate is not None:
+            self.on_generate(request)
+        s = self.script
+        events: list[EngineEvent] = [ReasoningDelta(t) for t in s.reasoning]
+        budget = request.max_output_tokens
+        reasoning_tokens = min(len(s.reasoning), budget)
+        events = events[:reasoning_tokens]
+        answer_budget = budget - reasoning_tokens
+        answer: list[EngineEvent] = [ContentDelta(t) for t in s.content][:answer_budget]
+        events += answer
+        events += list(s.tool_calls)
+        completion = reasoning_tokens + len(answer) + len(s.tool_calls)
+        truncated = answer_budget < len(s.content)
+        reason = "length" if truncated else ("tool_calls" if s.tool_calls else "stop")
+        written = s.prompt_tokens - s.cached_tokens if request.cache.separate_writes else 0
+        usage = Usage(s.prompt_tokens, s.cached_tokens, written, completion, reasoning_tokens)
+        events.append(Finish(reason, usage))
+        try:
+            for n, event in enumerate(events):
+                if s.fail_after is not None and n >= s.fail_after:
+                    raise RuntimeError("scripted failure")
+                if s.delay:
+                    await asyncio.sleep(s.delay)
+                yield event
+        except (GeneratorExit, asyncio.CancelledError):
+            self.cancelled += 1
+            raise

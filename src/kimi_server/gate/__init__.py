@@ -1,0 +1,1 @@
+"""Admission: who may call (auth); later rate limits, quotas and the usage ledger."""

@@ -1,0 +1,1 @@
+"""HTTP: app factory, one router per endpoint, SSE framing, error rendering."""

@@ -1,0 +1,51 @@
+"""``POST /v1/chat/completions``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from kimi_server.gate.auth import Principal
+from kimi_server.http.sse import chat_sse, prime
+from kimi_server.http.state import app_state, authenticated
+from kimi_server.protocol.chat import ChatCompletionRequest
+from kimi_server.protocol.common import ErrorBody
+from kimi_server.serving import chat
+from kimi_server.serving.chat_request import build_chat_request
+
+router = APIRouter(tags=["Chat Completions"])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 500)
+}
+
+
+@router.post("/v1/chat/completions", responses=ERRORS)
+async def create_chat_completion(
+    body: ChatCompletionRequest,
+    request: Request,
+    principal: Principal = Depends(authenticated),
+) -> Any:
+    """Creates a model response for the conversation; SSE when ``stream`` is true."""
+    state = app_state(request)
+    engine = state.engines.for_model(body.model) if body.model in state.engines.served() else None
+    gen = build_chat_request(
+        body,
+        served=state.engines.served(),
+        budgets=state.settings.budgets,
+        namespace=principal.key_id,
+        accepts_images=engine.accepts_images() if engine else False,
+    )
+    engine = state.engines.for_model(gen.model)
+    if not body.stream:
+        return JSONResponse(await chat.complete(engine, gen))
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    events = await prime(engine.generate(gen))
+    chunks = chat.stream_chunks(events, gen.model, include_usage=include_usage)
+    return StreamingResponse(
+        chat_sse(chunks),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

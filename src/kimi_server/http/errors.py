@@ -1,0 +1,92 @@
+"""Renders every failure in the API's error shape: ``{"error": {"message", "type", "code"}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kimi_server.errors import APIError, InternalServerError, InvalidRequestError
+
+log = logging.getLogger(__name__)
+
+
+def error_response(error: APIError) -> JSONResponse:
+    return JSONResponse(error.to_body(), status_code=error.status_code)
+
+
+def _path(loc: tuple[Any, ...], body: Any) -> str:
+    """A pydantic error location as the client wrote it: ``messages[0].content``.
+
+    Union members and discriminator tags show up in ``loc`` as extra segments; they are
+    dropped by walking the location along the actual request body.
+    """
+    parts: list[str] = []
+    node = body
+    tag_skipped = False
+    for seg in loc[1:] if loc and loc[0] == "body" else loc:
+        if isinstance(seg, int):
+            parts.append(f"[{seg}]")
+            node = node[seg] if isinstance(node, list) and seg < len(node) else None
+            tag_skipped = False
+            continue
+        if isinstance(node, dict) and seg not in node:
+            if "[" in seg or (seg == node.get("type") and not tag_skipped):
+                tag_skipped = True
+                continue  # a union member's name or discriminator tag, not a field
+        elif not isinstance(node, dict) and node is not None:
+            continue  # a union member's name inside a scalar or list value
+        parts.append(f".{seg}" if parts else str(seg))
+        node = node.get(seg) if isinstance(node, dict) else None
+        tag_skipped = False
+    return "".join(parts)
+
+
+def validation_error(exc: RequestValidationError) -> InvalidRequestError:
+    errors = list(exc.errors())
+    body = getattr(exc, "body", None)
+    # With unions pydantic reports one error per member; the deepest one is the specific one.
+    first = max(errors, key=lambda e: len(e.get("loc", ()))) if errors else {"type": "", "loc": ()}
+    kind = str(first.get("type", ""))
+    loc = tuple(first.get("loc", ()))
+    if kind == "json_invalid":
+        return InvalidRequestError(
+            "We could not parse the JSON body of your request: it is not valid JSON.",
+            code="invalid_json",
+        )
+    param = _path(loc, body)
+    if not param:
+        if kind == "missing":
+            return InvalidRequestError("The request body is empty; send a JSON object.")
+        return InvalidRequestError("The request body must be a JSON object.")
+    if kind == "missing":
+        return InvalidRequestError(f"Missing required parameter: '{param}'.", param=param)
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    return InvalidRequestError(f"Invalid value for '{param}': {msg}.", param=param, code="invalid_value")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        names = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}
+        etype, code = names.get(exc.status_code, ("invalid_request_error", "http_error"))
+        message = "Not found." if exc.status_code == 404 else str(exc.detail)
+        body = {"error": {"message": message, "type": etype, "code": code}}
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(InternalServerError())

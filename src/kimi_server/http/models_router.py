@@ -1,0 +1,37 @@
+"""``GET /v1/models`` and ``GET /v1/models/{id}``, and the unauthenticated ``GET /health``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from kimi_server.errors import NotFoundError
+from kimi_server.http.state import app_state, authenticated
+from kimi_server.policy.catalogue import CATALOGUE, ModelSpec
+
+router = APIRouter()
+
+
+def _model(spec: ModelSpec) -> dict[str, Any]:
+    return {"id": spec.id, "object": "model", "created": spec.created, "owned_by": spec.owned_by}
+
+
+@router.get("/v1/models", tags=["Models"], dependencies=[Depends(authenticated)])
+async def list_models(request: Request) -> dict[str, Any]:
+    served = app_state(request).engines.served()
+    return {"object": "list", "data": [_model(s) for s in CATALOGUE if s.id in served]}
+
+
+@router.get("/v1/models/{model_id}", tags=["Models"], dependencies=[Depends(authenticated)])
+async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
+    served = app_state(request).engines.served()
+    for spec in CATALOGUE:
+        if spec.id == model_id and spec.id in served:
+            return _model(spec)
+    raise NotFoundError(f"The model '{model_id}' does not exist.", param="model")
+
+
+@router.get("/health", tags=["Health"])
+async def health() -> dict[str, str]:
+    return {"status": "ok"}

@@ -1,0 +1,1 @@
+"""Local GGUF weights: the downloadable catalogue, the on-disk store, pulling and the CLI."""

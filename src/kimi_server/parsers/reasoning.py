@@ -1,0 +1,101 @@
+"""Reasoning formats: how a model's thinking is produced and told apart from its answer.
+
+- ``prompted``: for models with no thinking mode of their own. The engine opens a thinking block
+  in the assistant turn, lets the model think until it closes the block or the budget ends,
+  closes it, then generates the answer conditioned on that reasoning (two phases).
+- ``think-tags``: for models that think natively between ``<think>`` and ``</think>`` (Qwen3,
+  DeepSeek-R1 style). One generation; the stream is split at the tags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class ReasoningFormat:
+    name: str
+    kind: Literal["prompted", "native"]
+    opener: str
+    closer: str
+
+    @property
+    def stop_marker(self) -> str:
+        """The closing tag the model may emit itself, without surrounding whitespace."""
+        return self.closer.strip()
+
+
+REASONING_FORMATS: dict[str, ReasoningFormat] = {
+    "prompted": ReasoningFormat("prompted", "prompted", "<think>\n", "\n</think>\n\n"),
+    "think-tags": ReasoningFormat("think-tags", "native", "<think>", "</think>"),
+}
+
+
+def get_reasoning_format(name: str) -> ReasoningFormat:
+    try:
+        return REASONING_FORMATS[name]
+    except KeyError:
+        known = ", ".join(sorted(REASONING_FORMATS))
+        raise ValueError(f"unknown reasoning format {name!r}; known: {known}") from None
+
+
+class ThinkTagSplitter:
+    """Splits a streamed generation into (reasoning, content) at the think tags.
+
+    Text before ``opener`` that is only whitespace is dropped; a tag split across chunks is held
+    back until it can be decided. If the model never opens a block, everything is content.
+    """
+
+    def __init__(self, fmt: ReasoningFormat, *, opened: bool = False) -> None:
+        self._open, self._close = fmt.opener, fmt.closer
+        self._state: Literal["start", "thinking", "answer"] = "thinking" if opened else "start"
+        self._buf = ""
+
+    def feed(self, text: str) -> list[tuple[Literal["reasoning", "content"], str]]:
+        self._buf += text
+        out: list[tuple[Literal["reasoning", "content"], str]] = []
+        while self._buf:
+            if self._state == "start":
+                stripped = self._buf.lstrip()
+                if not stripped:
+                    return out
+                if stripped.startswith(self._open):
+                    self._buf = stripped[len(self._open) :]
+                    self._state = "thinking"
+                elif self._open.startswith(stripped):
+                    return out  # could still become the opening tag
+                else:
+                    self._state = "answer"
+            elif self._state == "thinking":
+                idx = self._buf.find(self._close)
+                if idx >= 0:
+                    if idx:
+                        out.append(("reasoning", self._buf[:idx]))
+                    self._buf = self._buf[idx + len(self._close) :].lstrip("\n")
+                    self._state = "answer"
+                    continue
+                keep = _partial_suffix(self._buf, self._close)
+                emit = self._buf[: len(self._buf) - keep]
+                if emit:
+                    out.append(("reasoning", emit))
+                self._buf = self._buf[len(emit) :]
+                return out
+            else:
+                out.append(("content", self._buf))
+                self._buf = ""
+        return out
+
+    def flush(self) -> list[tuple[Literal["reasoning", "content"], str]]:
+        rest, self._buf = self._buf, ""
+        if not rest:
+            return []
+        return [("reasoning" if self._state == "thinking" else "content", rest)]
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0

@@ -1,0 +1,1 @@
+"""Per-model contract rules, declared as data (the model catalogue)."""

@@ -1,0 +1,128 @@
+"""Applies a model's contract rules to request fields. Shared by every endpoint."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kimi_server.errors import InvalidRequestError, NotFoundError
+from kimi_server.policy.catalogue import KNOWN_EFFORTS, ModelSpec, SamplingRule, find_model
+
+
+def resolve_model(model_id: str, served: frozenset[str] | None = None) -> ModelSpec:
+    spec = find_model(model_id)
+    if spec is None or (served is not None and model_id not in served):
+        raise NotFoundError(
+            f"The model '{model_id}' does not exist or you do not have access to it.",
+            param="model",
+        )
+    return spec
+
+
+def resolve_effort(spec: ModelSpec, effort: str | None, *, param: str) -> str:
+    """Maps a requested effort (or its alias) to one of the model's levels."""
+    if effort is None:
+        return spec.default_effort
+    if effort not in KNOWN_EFFORTS:
+        raise InvalidRequestError(
+            f"Invalid value for '{param}': '{effort}'. Expected one of {', '.join(KNOWN_EFFORTS)}.",
+            param=param,
+            code="invalid_value",
+        )
+    level = spec.effort_aliases.get(effort, effort)
+    if level not in spec.efforts:
+        allowed = ", ".join(f"'{e}'" for e in spec.efforts)
+        raise InvalidRequestError(
+            f"'{param}' = '{effort}' is not supported by {spec.id}; it accepts only {allowed}.",
+            param=param,
+            code="unsupported_value",
+        )
+    return level
+
+
+def check_sampling(spec: ModelSpec, name: str, value: float | None) -> None:
+    """K3.1 ignores temperature/top_p; kimi-k3 accepts only the fixed values."""
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise InvalidRequestError(f"'{name}' must be a finite number.", param=name)
+    if spec.sampling is SamplingRule.IGNORE:
+        return
+    fixed = spec.fixed_temperature if name == "temperature" else spec.fixed_top_p
+    if not math.isclose(value, fixed, rel_tol=0, abs_tol=1e-9):
+        raise InvalidRequestError(
+            f"'{name}' = {value} is not supported by {spec.id}: it is fixed at {fixed}; "
+            "omit this field.",
+            param=name,
+            code="unsupported_value",
+        )
+
+
+def resolve_max_output(
+    spec: ModelSpec,
+    *,
+    primary: int | None,
+    primary_name: str,
+    legacy: int | None = None,
+    legacy_name: str | None = None,
+) -> int:
+    """The output cap (reasoning + answer). The deprecated alias may not be combined with it."""
+    if primary is not None and legacy is not None:
+        raise InvalidRequestError(
+            f"Set either '{primary_name}' or the deprecated '{legacy_name}', not both.",
+            param=legacy_name,
+        )
+    value = primary if primary is not None else legacy
+    name = primary_name if primary is not None else (legacy_name or primary_name)
+    if value is None:
+        return spec.default_max_output_tokens
+    if value < 1 or value > spec.max_output_tokens:
+        raise InvalidRequestError(
+            f"'{name}' must be between 1 and {spec.max_output_tokens}; got {value}.",
+            param=name,
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    mode: str = "implicit"
+    ttl: str = "5m"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"mode": self.mode, "ttl": self.ttl}
+
+
+def resolve_cache_options(
+    spec: ModelSpec, requested: dict[str, object] | None, *, param: str = "prompt_cache_options"
+) -> CacheOptions:
+    """Omitted: an implicit 5m cache. kimi-k3 rejects the parameter outright."""
+    if requested is None:
+        return CacheOptions()
+    if not spec.accepts_cache_options:
+        raise InvalidRequestError(
+            f"'{param}' is not supported by {spec.id}; it is available only for the K3.1 series.",
+            param=param,
+            code="unsupported_parameter",
+        )
+    mode = requested.get("mode", "implicit")
+    ttl = requested.get("ttl", "5m")
+    if mode != "implicit":
+        raise InvalidRequestError(
+            f"Invalid value for '{param}.mode': {mode!r}. Expected 'implicit'.", param=f"{param}.mode"
+        )
+    if ttl not in ("5m", "1h"):
+        raise InvalidRequestError(
+            f"Invalid value for '{param}.ttl': {ttl!r}. Expected '5m' or '1h'.", param=f"{param}.ttl"
+        )
+    return CacheOptions(mode="implicit", ttl=str(ttl))
+
+
+def check_structured_output(spec: ModelSpec, kind: str, *, param: str) -> None:
+    if kind != "text" and not spec.accepts_structured_output:
+        raise InvalidRequestError(
+            f"'{param}' of type '{kind}' is not supported by {spec.id}; structured output is "
+            "available only for the K3.1 series.",
+            param=param,
+            code="unsupported_parameter",
+        )

@@ -1,0 +1,1 @@
+"""Wire models only: what clients send and receive (pydantic at the edge)."""

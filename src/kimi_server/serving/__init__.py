@@ -1,0 +1,1 @@
+"""Endpoint logic, engine-agnostic: wire request -> GenerationRequest -> wire output."""

@@ -1,0 +1,169 @@
+"""Turns a Chat Completions request into the internal GenerationRequest."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kimi_server.errors import InvalidRequestError
+from kimi_server.policy import rules
+from kimi_server.protocol.chat import (
+    BuiltinFunctionTool,
+    ChatCompletionRequest,
+    ChatMessage,
+    FunctionTool,
+    ImagePart,
+    NamedToolChoice,
+    ResponseFormatJSONSchema,
+    TextPart,
+    VideoPart,
+)
+from kimi_server.serving.common import (
+    budget_for,
+    cache_policy,
+    check_output_format,
+    check_tool_choice,
+    check_tools,
+    check_web_search,
+)
+from kimi_server.serving.types import (
+    GenerationRequest,
+    Message,
+    OutputFormat,
+    ToolCallRecord,
+    ToolChoice,
+    ToolSpec,
+)
+
+
+def _url(value: Any) -> str:
+    return value if isinstance(value, str) else str(value.url)
+
+
+def convert_message(index: int, msg: ChatMessage, accepts_images: bool) -> Message:
+    texts: list[str] = []
+    images: list[str] = []
+    videos: list[str] = []
+    if isinstance(msg.content, str):
+        texts.append(msg.content)
+    elif msg.content is not None:
+        for j, part in enumerate(msg.content):
+            if isinstance(part, TextPart):
+                texts.append(part.text)
+                continue
+            if not accepts_images:
+                kind = "image" if isinstance(part, ImagePart) else "video"
+                raise InvalidRequestError(
+                    f"This model cannot see {kind}s: 'messages[{index}].content[{j}]' is an "
+                    f"{part.type} part. Send text only, or route the model to an engine with "
+                    "vision support.",
+                    param=f"messages[{index}].content[{j}]",
+                    code="unsupported_content",
+                )
+            if isinstance(part, ImagePart):
+                images.append(_url(part.image_url))
+            elif isinstance(part, VideoPart):
+                videos.append(_url(part.video_url))
+    role = "system" if msg.role == "developer" else msg.role
+    calls = tuple(
+        ToolCallRecord(id=c.id, name=c.function.name, arguments=c.function.arguments, kind=c.type)
+        for c in msg.tool_calls or ()
+    )
+    return Message(
+        role=role,
+        text="\n".join(texts),
+        images=tuple(images),
+        videos=tuple(videos),
+        reasoning=msg.reasoning_content,
+        tool_calls=calls,
+        tool_call_id=msg.tool_call_id,
+        name=msg.name,
+    )
+
+
+def _tools(body: ChatCompletionRequest) -> list[ToolSpec]:
+    out: list[ToolSpec] = []
+    for tool in body.tools or ():
+        if isinstance(tool, FunctionTool):
+            fn = tool.function
+            out.append(
+                ToolSpec(fn.name, fn.description, fn.parameters, bool(fn.strict), "function")
+            )
+        elif isinstance(tool, BuiltinFunctionTool):
+            out.append(ToolSpec(tool.function.name, kind="web_search"))
+        else:
+            out.append(ToolSpec("$web_search", kind="web_search"))
+    return out
+
+
+def _tool_choice(body: ChatCompletionRequest) -> ToolChoice:
+    choice = body.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        return ToolChoice("named", choice.function.name)
+    if choice is None:
+        return ToolChoice("auto")
+    return ToolChoice(choice)
+
+
+def _output_format(body: ChatCompletionRequest) -> OutputFormat:
+    fmt = body.response_format
+    if fmt is None:
+        return OutputFormat()
+    if isinstance(fmt, ResponseFormatJSONSchema):
+        js = fmt.json_schema
+        return OutputFormat("json_schema", js.schema_, js.name, js.strict is not False)
+    return OutputFormat(fmt.type)
+
+
+def build_chat_request(
+    body: ChatCompletionRequest,
+    *,
+    served: frozenset[str],
+    budgets: Mapping[str, Any],
+    namespace: str,
+    accepts_images: bool,
+) -> GenerationRequest:
+    spec = rules.resolve_model(body.model, served)
+    effort = rules.resolve_effort(spec, body.reasoning_effort, param="reasoning_effort")
+    rules.check_sampling(spec, "temperature", body.temperature)
+    rules.check_sampling(spec, "top_p", body.top_p)
+    max_out = rules.resolve_max_output(
+        spec,
+        primary=body.max_completion_tokens,
+        primary_name="max_completion_tokens",
+        legacy=body.max_tokens,
+        legacy_name="max_tokens",
+    )
+    options = body.prompt_cache_options
+    cache = rules.resolve_cache_options(
+        spec, options.model_dump() if options is not None else None
+    )
+    if body.logprobs:
+        raise InvalidRequestError("'logprobs' is not supported.", param="logprobs")
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    if len(stop) > 4:
+        raise InvalidRequestError("'stop' takes at most 4 sequences.", param="stop")
+    tools = _tools(body)
+    check_tools(tools, "tools")
+    check_web_search(tools, "tools")
+    choice = _tool_choice(body)
+    check_tool_choice(choice, tools, "tool_choice")
+    fmt = _output_format(body)
+    check_output_format(fmt, "response_format.json_schema")
+    messages = tuple(
+        convert_message(i, m, accepts_images) for i, m in enumerate(body.messages)
+    )
+    return GenerationRequest(
+        model=spec.id,
+        messages=messages,
+        effort=effort,
+        budget=budget_for(budgets, effort),
+        max_output_tokens=max_out,
+        tools=tuple(tools) if choice.mode != "none" else (),
+        tool_choice=choice,
+        parallel_tool_calls=body.parallel_tool_calls is not False,
+        output_format=fmt,
+        cache=cache_policy(spec, cache, namespace),
+        stop=stop,
+        seed=body.seed,
+    )

@@ -1,0 +1,131 @@
+"""Internal request and event types that connect the endpoints to the engines.
+
+Frozen dataclasses: the endpoints build one ``GenerationRequest``; an engine yields
+``EngineEvent``s for it. Nothing here knows about HTTP or which endpoint is calling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    id: str
+    name: str
+    arguments: str
+    kind: Literal["function", "builtin_function", "custom"] = "function"
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    text: str = ""
+    images: tuple[str, ...] = ()
+    videos: tuple[str, ...] = ()
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool = False
+    kind: Literal["function", "custom", "web_search"] = "function"
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    mode: Literal["auto", "none", "required", "named"] = "auto"
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    kind: Literal["text", "json_object", "json_schema"] = "text"
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+    strict: bool = True
+
+
+@dataclass(frozen=True)
+class ReasoningBudget:
+    """Tokens of reasoning: at least ``floor`` (the model may not stop earlier), at most ``cap``."""
+
+    floor: int
+    cap: int
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    ttl_seconds: int = 300
+    namespace: str = "default"
+    separate_writes: bool = True
+    ttl_label: str = "5m"
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    model: str
+    messages: tuple[Message, ...]
+    effort: str
+    budget: ReasoningBudget
+    max_output_tokens: int
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    parallel_tool_calls: bool = True
+    output_format: OutputFormat = field(default_factory=OutputFormat)
+    cache: CachePolicy = field(default_factory=CachePolicy)
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ContentDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A tool call as it streams: the first delta for an index carries id and name."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    kind: Literal["function", "builtin_function", "custom"] = "function"
+
+
+@dataclass(frozen=True)
+class Finish:
+    reason: FinishReason
+    usage: Usage
+
+
+EngineEvent = ReasoningDelta | ContentDelta | ToolCallDelta | Finish

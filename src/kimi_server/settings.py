@@ -1,0 +1,113 @@
+"""One settings object. Precedence: CLI flags > environment (``KIMI_*``) > TOML file > defaults.
+
+The TOML file is named by ``--config`` or ``KIMI_CONFIG``; see docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "kimi-server"
+
+
+class EffortBudget(BaseModel):
+    """Reasoning tokens for one effort level: at least ``floor``, at most ``cap``."""
+
+    floor: int = Field(ge=0)
+    cap: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EffortBudget:
+        if self.floor > self.cap:
+            raise ValueError("floor must not exceed cap")
+        return self
+
+
+DEFAULT_BUDGETS = {
+    "low": EffortBudget(floor=16, cap=256),
+    "high": EffortBudget(floor=64, cap=2048),
+    "max": EffortBudget(floor=160, cap=8192),
+}
+
+
+class ModelRoute(BaseModel):
+    """What one catalogue model id runs on. Unset fields fall back to the top-level ones."""
+
+    engine: Literal["embedded"] = "embedded"
+    model: str | None = None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KIMI_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    models_dir: Path | None = None
+
+    model: str = "qwen2.5-coder-0.5b"
+    auto_pull: bool = True
+    routes: dict[str, ModelRoute] = Field(default_factory=dict)
+    ctx_size: int = Field(default=16384, ge=256)
+    parallel: int = Field(default=8, ge=1, le=256)
+    threads: int = Field(default=0, ge=0)
+    reasoning_format: str = "prompted"
+    temperature: float = Field(default=0.7, ge=0, le=2)
+    top_p: float = Field(default=0.95, gt=0, le=1)
+    budgets: dict[str, EffortBudget] = Field(default_factory=lambda: dict(DEFAULT_BUDGETS))
+
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    engine_verbose: bool = False
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    @field_validator("budgets", mode="after")
+    @classmethod
+    def _all_levels(cls, value: dict[str, EffortBudget]) -> dict[str, EffortBudget]:
+        return {**DEFAULT_BUDGETS, **value}
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config = os.environ.get("KIMI_CONFIG")
+        if config:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config)))
+        return tuple(sources)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Builds settings from flags (``overrides``, ``None`` meaning unset), env and a TOML file."""
+    if config_file is not None:
+        if not config_file.is_file():
+            raise FileNotFoundError(f"config file not found: {config_file}")
+        os.environ["KIMI_CONFIG"] = str(config_file)
+    given = {k: v for k, v in overrides.items() if v is not None and v != []}
+    return Settings(**given)

@@ -1,0 +1,107 @@
+"""Shared fixtures: a scripted-engine app for contract tests, and the real server for e2e tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from kimi_server.engines.scripted import ScriptedEngine
+from kimi_server.gate.auth import KeyRing
+from kimi_server.http.app import create_app
+from kimi_server.policy.catalogue import CATALOGUE
+from kimi_server.serving.common import EngineSet
+from kimi_server.settings import Settings
+
+TEST_KEY = "sk-test-key"
+OTHER_KEY = "sk-other-key"
+TEST_MODEL = "smollm2-135m"
+# Small reasoning budgets keep the real-model tests quick on two cores; the levels still differ.
+TEST_BUDGETS = '{"low": {"floor": 8, "cap": 48}, "high": {"floor": 24, "cap": 128}, "max": {"floor": 64, "cap": 256}}'
+
+
+@pytest.fixture
+def engine() -> ScriptedEngine:
+    return ScriptedEngine()
+
+
+@pytest.fixture
+def client(engine: ScriptedEngine) -> Iterator[TestClient]:
+    engines = EngineSet({spec.id: engine for spec in CATALOGUE})
+    app = create_app(Settings(api_keys=[TEST_KEY]), engines, KeyRing([TEST_KEY, OTHER_KEY]))
+    with TestClient(app, headers={"Authorization": f"Bearer {TEST_KEY}"}) as c:
+        yield c
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    base_url: str
+    key: str
+    other_key: str
+    log: Path
+
+
+def start_server(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], LiveServer]:
+    port = _free_port()
+    log = tmp / "server.log"
+    full_env = {
+        **os.environ,
+        "KIMI_DATA_DIR": str(tmp / "data"),
+        "KIMI_BUDGETS": TEST_BUDGETS,
+        "KIMI_AUTO_PULL": "true",
+        **(env or {}),
+    }
+    cmd = [
+        sys.executable, "-m", "kimi_server.cli", "serve",
+        "--port", str(port), "--model", TEST_MODEL,
+        "--api-key", TEST_KEY, "--api-key", OTHER_KEY,
+        "--parallel", "8", "--ctx-size", "16384", *extra,
+    ]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return proc, LiveServer(f"{url}/v1", TEST_KEY, OTHER_KEY, log)
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server did not become healthy in time")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One real server (real tiny model through llama.cpp) shared by the e2e tests."""
+    proc, server = start_server(tmp_path_factory.mktemp("live"))
+    try:
+        yield server
+    finally:
+        stop_server(proc)
