@@ -38,7 +38,8 @@ def engine() -> ScriptedEngine:
 def client(engine: ScriptedEngine) -> Iterator[TestClient]:
     engines = EngineSet({spec.id: engine for spec in CATALOGUE})
     app = create_app(Settings(api_keys=[TEST_KEY]), engines, KeyRing([TEST_KEY, OTHER_KEY]))
-    with TestClient(app, headers={"Authorization": f"Bearer {TEST_KEY}"}) as c:
+    auth = {"Authorization": f"Bearer {TEST_KEY}"}
+    with TestClient(app, headers=auth, raise_server_exceptions=False) as c:
         yield c
 
 
@@ -56,7 +57,9 @@ class LiveServer:
     log: Path
 
 
-def start_server(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], LiveServer]:
+def start_server(
+    tmp: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], LiveServer]:
     port = _free_port()
     log = tmp / "server.log"
     full_env = {

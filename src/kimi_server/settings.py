@@ -71,6 +71,7 @@ class Settings(BaseSettings):
     top_p: float = Field(default=0.95, gt=0, le=1)
     budgets: dict[str, EffortBudget] = Field(default_factory=lambda: dict(DEFAULT_BUDGETS))
 
+    public_docs: bool = False  # /docs and /openapi.json without a key
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     engine_verbose: bool = False

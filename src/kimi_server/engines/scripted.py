@@ -12,6 +12,7 @@ from kimi_server.serving.types import (
     ContentDelta,
     EngineEvent,
     Finish,
+    FinishReason,
     GenerationRequest,
     ReasoningDelta,
     ToolCallDelta,
@@ -48,6 +49,9 @@ class ScriptedEngine:
     def accepts_images(self) -> bool:
         return self.images
 
+    def stats(self) -> dict[str, int]:
+        return {"active_calls": 0, "cancelled_calls": self.cancelled}
+
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
         self.requests.append(request)
         if self.on_generate is not None:
@@ -58,12 +62,12 @@ class ScriptedEngine:
         reasoning_tokens = min(len(s.reasoning), budget)
         events = events[:reasoning_tokens]
         answer_budget = budget - reasoning_tokens
-        answer: list[EngineEvent] = [ContentDelta(t) for t in s.content][:answer_budget]
+        answer: list[EngineEvent] = [ContentDelta(t) for t in s.content[:answer_budget]]
         events += answer
         events += list(s.tool_calls)
         completion = reasoning_tokens + len(answer) + len(s.tool_calls)
         truncated = answer_budget < len(s.content)
-        reason = "length" if truncated else ("tool_calls" if s.tool_calls else "stop")
+        reason: FinishReason = "length" if truncated else ("tool_calls" if s.tool_calls else "stop")
         written = s.prompt_tokens - s.cached_tokens if request.cache.separate_writes else 0
         usage = Usage(s.prompt_tokens, s.cached_tokens, written, completion, reasoning_tokens)
         events.append(Finish(reason, usage))

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from kimi_server import __version__
 from kimi_server.gate.auth import KeyRing
-from kimi_server.http import chat_router, models_router
+from kimi_server.http import chat_router, docs_router, models_router
 from kimi_server.http.errors import install_error_handlers
 from kimi_server.http.limits import BodySizeLimit
 from kimi_server.http.state import AppState
@@ -33,10 +33,14 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
         version=__version__,
         description="A self-hosted Kimi API: Chat Completions and Responses.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     app.state.kimi = AppState(settings=settings, engines=engines, keys=keys)
     install_error_handlers(app)
     app.include_router(chat_router.router)
     app.include_router(models_router.router)
+    app.include_router(docs_router.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     return app

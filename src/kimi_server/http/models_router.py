@@ -32,6 +32,14 @@ async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
     raise NotFoundError(f"The model '{model_id}' does not exist.", param="model")
 
 
+@router.get("/v1/engine/stats", tags=["Operations"], dependencies=[Depends(authenticated)])
+async def engine_stats(request: Request) -> dict[str, Any]:
+    """Per-engine counters: generation calls in flight and calls cancelled by a client leaving."""
+    engines = app_state(request).engines
+    return {"object": "list", "data": [{"engine": e.name, **e.stats()} for e in engines.unique()]}
+
+
 @router.get("/health", tags=["Health"])
 async def health() -> dict[str, str]:
+    """Liveness; the only route that needs no key."""
     return {"status": "ok"}

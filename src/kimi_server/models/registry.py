@@ -93,3 +93,8 @@ def known_names() -> tuple[str, ...]:
 
 def get_source(name: str) -> ModelSource | None:
     return _BY_NAME.get(name)
+
+
+def name_for_filename(filename: str) -> str | None:
+    """The catalogue name whose assembled GGUF is stored as ``filename``."""
+    return next((s.name for s in _BY_NAME.values() if s.filename == filename), None)

@@ -33,7 +33,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from .registry import CATALOGUE, get_source
+from .registry import get_source, name_for_filename
 
 GGUF_MAGIC = b"GGUF"
 HF_PREFIX = "hf:"
@@ -200,9 +200,9 @@ class ModelStore:
 
     def _name_of(self, path: Path) -> str:
         rel = path.relative_to(self.root).as_posix()
-        for source in CATALOGUE:
-            if rel == source.filename:
-                return source.name
+        catalogue_name = name_for_filename(rel)
+        if catalogue_name is not None:
+            return catalogue_name
         if rel.startswith(f"{HF_SUBDIR}/"):
             return HF_PREFIX + rel.removeprefix(f"{HF_SUBDIR}/")
         return rel

@@ -85,8 +85,8 @@ def check_web_search(tools: list[ToolSpec], param: str) -> None:
     for i, tool in enumerate(tools):
         if tool.kind == "web_search":
             raise InvalidRequestError(
-                "Web search is not enabled on this server: it fetches pages from the internet, "
-                "which an operator must allow first.",
+                f"'{param}[{i}]' asks for web search, which is not enabled on this server: it "
+                "fetches pages from the internet, which an operator must allow first.",
                 param=f"{param}[{i}]",
                 code="unsupported_tool",
             )

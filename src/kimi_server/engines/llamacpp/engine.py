@@ -52,6 +52,13 @@ class EmbeddedEngine:
     def accepts_images(self) -> bool:
         return False
 
+    def stats(self) -> dict[str, int]:
+        runner = self._runner
+        return {
+            "active_calls": runner.active if runner else 0,
+            "cancelled_calls": runner.cancelled if runner else 0,
+        }
+
     async def start(self) -> None:
         if self._runner is None:
             self._server = await asyncio.to_thread(self._load)

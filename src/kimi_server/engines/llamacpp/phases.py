@@ -72,6 +72,19 @@ class PhaseContext:
         return body
 
 
+class LeadingTrim:
+    """Drops the whitespace a phase starts with (models often open with a newline)."""
+
+    def __init__(self) -> None:
+        self.started = False
+
+    def __call__(self, text: str) -> str:
+        if not self.started:
+            text = text.lstrip()
+            self.started = bool(text)
+        return text
+
+
 async def _call(
     ctx: PhaseContext, body: dict[str, Any], *, reasoning: bool
 ) -> AsyncIterator[str | CompletionResult]:
@@ -96,22 +109,26 @@ async def reason(ctx: PhaseContext, opened: str) -> AsyncIterator[ReasoningDelta
     floor = min(budget.floor, cap) if ctx.fmt.kind == "prompted" else 0
     stop = [ctx.fmt.stop_marker]
     parts: list[str] = []
+    raw: list[str] = []  # untrimmed, to extend the prompt exactly as the KV cache holds it
+    trim = LeadingTrim()
     finished_early = False
     # First the floor: end-of-turn is masked so the model cannot skip thinking altogether.
     if floor > 0:
         async for item in _call(ctx, ctx.body(opened, floor, stop=stop, ignore_eos=True), reasoning=True):
             if isinstance(item, CompletionResult):
                 finished_early = item.finish_reason == "stop"
-            else:
-                parts.append(item)
-                yield ReasoningDelta(item)
+                continue
+            raw.append(item)
+            if text := trim(item):
+                parts.append(text)
+                yield ReasoningDelta(text)
     remaining = cap - ctx.tally.reasoning
     if not finished_early and remaining > 0:
-        body = ctx.body(opened + "".join(parts), remaining, stop=stop)
+        body = ctx.body(opened + "".join(raw), remaining, stop=stop)
         async for item in _call(ctx, body, reasoning=True):
-            if not isinstance(item, CompletionResult):
-                parts.append(item)
-                yield ReasoningDelta(item)
+            if not isinstance(item, CompletionResult) and (text := trim(item)):
+                parts.append(text)
+                yield ReasoningDelta(text)
     yield "".join(parts)
 
 
@@ -122,8 +139,12 @@ async def answer(
     body = ctx.body(prompt, remaining, **extra)
     if ctx.request.stop:
         body["stop"] = list(ctx.request.stop)
+    trim = LeadingTrim()
     async for item in _call(ctx, body, reasoning=False):
-        yield item if isinstance(item, CompletionResult) else ContentDelta(item)
+        if isinstance(item, CompletionResult):
+            yield item
+        elif text := trim(item):
+            yield ContentDelta(text)
 
 
 async def prompted_generation(

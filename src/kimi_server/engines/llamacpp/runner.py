@@ -38,6 +38,8 @@ class CompletionRunner:
         self._server = server
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="llama")
         self._pending: set[asyncio.Future[None]] = set()
+        self.active = 0  # calls in flight
+        self.cancelled = 0  # calls stopped because their consumer went away first
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -65,12 +67,16 @@ class CompletionRunner:
                 loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 
         future = loop.run_in_executor(self._pool, work)
+        self.active += 1
+        future.add_done_callback(self._finished)
         text: list[str] = []
         final: dict[str, Any] | None = None
+        ended = False
         try:
             while True:
                 item = await queue.get()
                 if item is _DONE:
+                    ended = True
                     break
                 if isinstance(item, BaseException):
                     raise EngineUnavailableError("The engine failed to generate a response.")
@@ -89,9 +95,15 @@ class CompletionRunner:
         finally:
             # The worker sees the flag at its next token and llama.cpp frees the slot; nothing
             # here needs to wait for that.
+            if not ended:
+                self.cancelled += 1
             cancelled.set()
             self._pending.add(future)
             future.add_done_callback(self._pending.discard)
+
+
+    def _finished(self, _: object) -> None:
+        self.active -= 1
 
 
 def _result(text: str, final: dict[str, Any]) -> CompletionResult:

@@ -1,0 +1,33 @@
+"""OpenAPI schema and Swagger UI. Behind the API key unless ``public_docs`` is set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+
+from kimi_server.gate.auth import Principal
+from kimi_server.http.state import app_state
+
+
+def docs_access(request: Request) -> Principal | None:
+    state = app_state(request)
+    if state.settings.public_docs:
+        return None
+    return state.keys.authenticate(request.headers.get("authorization"))
+
+
+router = APIRouter(include_in_schema=False, dependencies=[Depends(docs_access)])
+
+
+@router.get("/openapi.json")
+async def openapi(request: Request) -> dict[str, Any]:
+    schema: dict[str, Any] = request.app.openapi()
+    return schema
+
+
+@router.get("/docs")
+async def swagger(request: Request) -> HTMLResponse:
+    return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{request.app.title} - docs")
