@@ -49,7 +49,7 @@ class ThinkTagSplitter:
 
     def __init__(self, fmt: ReasoningFormat, *, opened: bool = False) -> None:
         self._open, self._close = fmt.opener, fmt.closer
-        self._state: Literal["start", "thinking", "answer"] = "thinking" if opened else "start"
+        self._state: Literal["start", "thinking", "closed", "answer"] = "thinking" if opened else "start"
         self._buf = ""
 
     def feed(self, text: str) -> list[tuple[Literal["reasoning", "content"], str]]:
@@ -72,8 +72,8 @@ class ThinkTagSplitter:
                 if idx >= 0:
                     if idx:
                         out.append(("reasoning", self._buf[:idx]))
-                    self._buf = self._buf[idx + len(self._close) :].lstrip("\n")
-                    self._state = "answer"
+                    self._buf = self._buf[idx + len(self._close) :]
+                    self._state = "closed"
                     continue
                 keep = _partial_suffix(self._buf, self._close)
                 emit = self._buf[: len(self._buf) - keep]
@@ -81,6 +81,11 @@ class ThinkTagSplitter:
                     out.append(("reasoning", emit))
                 self._buf = self._buf[len(emit) :]
                 return out
+            elif self._state == "closed":
+                # The blank line after the closing tag belongs to neither part.
+                self._buf = self._buf.lstrip()
+                if self._buf:
+                    self._state = "answer"
             else:
                 out.append(("content", self._buf))
                 self._buf = ""
@@ -90,7 +95,9 @@ class ThinkTagSplitter:
         rest, self._buf = self._buf, ""
         if not rest:
             return []
-        return [("reasoning" if self._state == "thinking" else "content", rest)]
+        if self._state == "closed":
+            rest = rest.lstrip()
+        return [("reasoning" if self._state == "thinking" else "content", rest)] if rest else []
 
 
 def _partial_suffix(text: str, tag: str) -> int:

@@ -1,0 +1,133 @@
+"""The reasoning and answer phases over a scripted llama.cpp completion server (no model)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from kimi_server.engines.llamacpp.phases import PhaseContext, prompted_generation
+from kimi_server.engines.llamacpp.runner import CompletionRunner
+from kimi_server.parsers.reasoning import get_reasoning_format
+from kimi_server.serving.types import (
+    CachePolicy,
+    ContentDelta,
+    EngineEvent,
+    Finish,
+    GenerationRequest,
+    Message,
+    ReasoningBudget,
+    ReasoningDelta,
+)
+
+
+class FakeLlama:
+    """Speaks xllamacpp's handle_completions protocol: streamed chunks, then a usage chunk.
+
+    Generates ``word `` tokens; stops at ``n_predict``, or after ``natural_stop`` tokens when
+    end-of-turn is not masked (as a model that wants to stop would).
+    """
+
+    def __init__(self, natural_stop: int = 1000, prompt_tokens: int = 10) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.natural_stop = natural_stop
+        self.prompt_tokens = prompt_tokens
+        self.stopped = threading.Event()
+
+    def handle_completions(self, body: dict[str, Any], callback: Any = None) -> None:
+        self.calls.append(body)
+        limit = body["n_predict"]
+        if not body.get("ignore_eos"):
+            limit = min(limit, self.natural_stop)
+        for i in range(limit):
+            if callback({"choices": [{"text": f"w{i} ", "finish_reason": None}]}):
+                self.stopped.set()
+                return
+        reason = "length" if limit == body["n_predict"] else "stop"
+        usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": limit}
+        timings = {"cache_n": 4 if len(self.calls) == 1 else self.prompt_tokens}
+        callback({"choices": [{"text": "", "finish_reason": reason}], "usage": usage, "timings": timings})
+
+
+def request(floor: int, cap: int, max_out: int, separate: bool = True) -> GenerationRequest:
+    return GenerationRequest(
+        model="kimi-k3.1-pro",
+        messages=(Message("user", "hi"),),
+        effort="low",
+        budget=ReasoningBudget(floor, cap),
+        max_output_tokens=max_out,
+        cache=CachePolicy(separate_writes=separate),
+    )
+
+
+def run(llama: FakeLlama, req: GenerationRequest) -> list[EngineEvent]:
+    async def main() -> list[EngineEvent]:
+        runner = CompletionRunner(llama)
+        ctx = PhaseContext(runner, req, get_reasoning_format("prompted"), {})
+        return [e async for e in prompted_generation(ctx, "PROMPT", {})]
+
+    return asyncio.run(main())
+
+
+def test_floor_masks_end_of_turn_then_model_stops() -> None:
+    llama = FakeLlama(natural_stop=3)
+    events = run(llama, request(floor=5, cap=50, max_out=100))
+    floor_call, rest_call, answer_call = llama.calls
+    assert floor_call["ignore_eos"] is True and floor_call["n_predict"] == 5
+    assert floor_call["stop"] == ["</think>"]
+    assert rest_call["n_predict"] == 45 and "ignore_eos" not in rest_call
+    assert answer_call["prompt"].startswith("PROMPT<think>\n") and "\n</think>\n\n" in answer_call["prompt"]
+    finish = events[-1]
+    assert isinstance(finish, Finish)
+    assert finish.usage.reasoning_tokens == 8
+    assert finish.usage.completion_tokens == 11
+    assert finish.usage.prompt_tokens == 10 and finish.usage.cached_tokens == 4
+    assert finish.usage.cache_write_tokens == 6
+    kinds = [type(e).__name__ for e in events[:-1]]
+    assert kinds == ["ReasoningDelta"] * 8 + ["ContentDelta"] * 3
+
+
+def test_reasoning_cap_and_output_cap() -> None:
+    llama = FakeLlama()
+    events = run(llama, request(floor=2, cap=6, max_out=10))
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.reason == "length"
+    assert finish.usage.reasoning_tokens == 6
+    assert finish.usage.completion_tokens == 10
+    assert sum(isinstance(e, ContentDelta) for e in events) == 4
+
+
+def test_output_cap_inside_reasoning_skips_answer() -> None:
+    llama = FakeLlama()
+    events = run(llama, request(floor=2, cap=50, max_out=4))
+    assert all(isinstance(e, ReasoningDelta) for e in events[:-1])
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.reason == "length"
+    assert finish.usage.completion_tokens == 4
+    assert len(llama.calls) == 2
+
+
+def test_k3_reports_no_cache_writes() -> None:
+    finish = run(FakeLlama(natural_stop=2), request(floor=1, cap=4, max_out=20, separate=False))[-1]
+    assert isinstance(finish, Finish) and finish.usage.cache_write_tokens == 0
+
+
+def test_closing_the_stream_stops_llama() -> None:
+    llama = FakeLlama()
+
+    async def main() -> None:
+        runner = CompletionRunner(llama)
+        req = request(floor=0, cap=10_000_000, max_out=10_000_000)
+        ctx = PhaseContext(runner, req, get_reasoning_format("prompted"), {})
+        events = prompted_generation(ctx, "PROMPT", {})
+        async for _ in events:
+            break
+        await events.aclose()
+        for _ in range(100):
+            if llama.stopped.is_set():
+                break
+            await asyncio.sleep(0.05)
+        assert runner.cancelled == 1
+
+    asyncio.run(main())
+    assert llama.stopped.is_set()
