@@ -28,7 +28,8 @@ class FakeLlama:
     end-of-turn is not masked (as a model that wants to stop would).
     """
 
-    def __init__(self, natural_stop: int = 1000, prompt_tokens: int = 10) -> None:
+    def __init__(self, natural_stop: int = 1000, prompt_tokens: int = 10, context: int = 10**9) -> None:
+        self.context = context
         self.calls: list[dict[str, Any]] = []
         self.natural_stop = natural_stop
         self.prompt_tokens = prompt_tokens
@@ -39,11 +40,12 @@ class FakeLlama:
         limit = body["n_predict"]
         if not body.get("ignore_eos"):
             limit = min(limit, self.natural_stop)
+        limit = min(limit, self.context)
         for i in range(limit):
             if callback({"choices": [{"text": f"w{i} ", "finish_reason": None}]}):
                 self.stopped.set()
                 return
-        reason = "length" if limit == body["n_predict"] else "stop"
+        reason = "length" if limit in (body["n_predict"], self.context) else "stop"
         usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": limit}
         timings = {"cache_n": 4 if len(self.calls) == 1 else self.prompt_tokens}
         callback({"choices": [{"text": "", "finish_reason": reason}], "usage": usage, "timings": timings})
@@ -131,3 +133,12 @@ def test_closing_the_stream_stops_llama() -> None:
 
     asyncio.run(main())
     assert llama.stopped.is_set()
+
+
+def test_context_running_out_ends_with_length() -> None:
+    llama = FakeLlama(context=7)
+    events = run(llama, request(floor=20, cap=50, max_out=100))
+    assert len(llama.calls) == 1  # neither more reasoning nor an answer is attempted
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.reason == "length"
+    assert finish.usage.completion_tokens == 7

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
+from kimi_server.errors import InvalidRequestError
 from kimi_server.parsers.reasoning import ReasoningFormat
 from kimi_server.serving.types import (
     ContentDelta,
@@ -58,6 +59,7 @@ class PhaseContext:
     fmt: ReasoningFormat
     sampling: dict[str, Any]
     tally: Tally = field(default_factory=Tally)
+    context_full: bool = False  # the engine's context ran out: nothing more can be generated
 
     def body(self, prompt: str, n_predict: int, **extra: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -88,10 +90,21 @@ class LeadingTrim:
 async def _call(
     ctx: PhaseContext, body: dict[str, Any], *, reasoning: bool
 ) -> AsyncIterator[str | CompletionResult]:
-    async for item in ctx.runner.stream(body):
-        if isinstance(item, CompletionResult):
-            ctx.tally.add(item, reasoning=reasoning)
-        yield item
+    if ctx.context_full:
+        return
+    try:
+        async for item in ctx.runner.stream(body):
+            if isinstance(item, CompletionResult):
+                ctx.tally.add(item, reasoning=reasoning)
+                # "length" before n_predict means the context, not the budget, ran out.
+                if item.finish_reason == "length" and item.completion_tokens < body["n_predict"]:
+                    ctx.context_full = True
+            yield item
+    except InvalidRequestError as exc:
+        # A continuation that no longer fits: the request's output is cut at the context end.
+        if exc.code != "context_length_exceeded" or ctx.tally.calls == 0:
+            raise
+        ctx.context_full = True
 
 
 def open_thinking(prompt: str, fmt: ReasoningFormat) -> str:
@@ -157,7 +170,7 @@ async def prompted_generation(
             reasoning = item
         else:
             yield item
-    if ctx.tally.completion >= ctx.request.max_output_tokens:
+    if ctx.context_full or ctx.tally.completion >= ctx.request.max_output_tokens:
         yield Finish("length", ctx.tally.usage(ctx.request))
         return
     full = opened + reasoning.rstrip() + ctx.fmt.closer
@@ -167,4 +180,6 @@ async def prompted_generation(
             finish = "length" if event.finish_reason == "length" else "stop"
         else:
             yield event
+    if ctx.context_full:
+        finish = "length"
     yield Finish("length" if finish == "length" else "stop", ctx.tally.usage(ctx.request))
