@@ -40,22 +40,33 @@ def error(client: TestClient, status: int = 400, **fields: Any) -> dict[str, Any
 # --- shape and echo -----------------------------------------------------------------------------
 
 
-def test_plain_response_shape_and_stateless_fields(client: TestClient, engine: ScriptedEngine) -> None:
+def test_plain_response_shape_and_stateless_fields(
+    client: TestClient, engine: ScriptedEngine
+) -> None:
     engine.script = Script(reasoning=REASONING)
     r = post(client)
     assert r["object"] == "response" and r["id"].startswith("resp_")
     assert r["status"] == "completed" and r["completed_at"] >= r["created_at"]
     assert (r["store"], r["background"], r["previous_response_id"], r["conversation"]) == (
-        False, False, None, None,
+        False,
+        False,
+        None,
+        None,
     )
     assert [o["type"] for o in r["output"]] == ["reasoning", "message"]
     reasoning, message = r["output"]
     assert reasoning["encrypted_content"] and reasoning["status"] == "completed"
     assert reasoning["summary"] == [
-        {"type": "summary_text", "text": "The user greets me. A short hello fits. Nothing else is needed."}
+        {
+            "type": "summary_text",
+            "text": "The user greets me. A short hello fits. Nothing else is needed.",
+        }
     ]
     assert message["content"][0] == {
-        "type": "output_text", "text": "Hello there.", "annotations": [], "logprobs": []
+        "type": "output_text",
+        "text": "Hello there.",
+        "annotations": [],
+        "logprobs": [],
     }
     assert r["error"] is None and r["incomplete_details"] is None
 
@@ -127,7 +138,9 @@ def test_sampling_fixed_on_kimi_k3(client: TestClient) -> None:
     post(client, model="kimi-k3", reasoning=None, temperature=1.0, top_p=0.95)
 
 
-def test_structured_output_and_cache_options_only_on_k31(client: TestClient, engine: ScriptedEngine) -> None:
+def test_structured_output_and_cache_options_only_on_k31(
+    client: TestClient, engine: ScriptedEngine
+) -> None:
     fmt = {"type": "json_schema", "name": "greeting", "schema": {"type": "object"}}
     err = error(client, model="kimi-k3", reasoning=None, text={"format": fmt})
     assert err["param"] == "text.format"
@@ -156,7 +169,9 @@ def test_max_output_tokens_range(client: TestClient) -> None:
     ("field", "value"),
     [("previous_response_id", "resp_123"), ("background", True), ("conversation", "conv_1")],
 )
-def test_stateful_requests_are_refused_with_advice(client: TestClient, field: str, value: Any) -> None:
+def test_stateful_requests_are_refused_with_advice(
+    client: TestClient, field: str, value: Any
+) -> None:
     err = error(client, **{field: value})
     assert err["param"] == field and "'input'" in err["message"]
 
@@ -177,31 +192,58 @@ def test_store_true_is_answered_with_store_false(client: TestClient) -> None:
     ("fields", "param"),
     [
         ({"input": [{"type": "shell_call", "id": "x"}]}, "input[0].type"),
-        ({"input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]},
-         "input[0].content[0].type"),
-        ({"input": [{"role": "assistant", "content": [{"type": "input_text", "text": "x"}]}]},
-         "input[0].content[0].type"),
-        ({"input": [{"role": "user", "content": [{"type": "input_video", "url": "x"}]}]},
-         "input[0].content[0]"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]},
+            "input[0].content[0].type",
+        ),
+        (
+            {"input": [{"role": "assistant", "content": [{"type": "input_text", "text": "x"}]}]},
+            "input[0].content[0].type",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_video", "url": "x"}]}]},
+            "input[0].content[0]",
+        ),
         ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
         ({"input": ["hello"]}, "input[0]"),
         ({"input": []}, "input"),
-        ({"input": [{"role": "user", "content": "x"},
-                    {"type": "function_call_output", "output": "sunny"}]}, "input[1].call_id"),
-        ({"input": [{"type": "function_call", "call_id": "c1", "arguments": "{}"}]},
-         "input[0].name"),
+        (
+            {
+                "input": [
+                    {"role": "user", "content": "x"},
+                    {"type": "function_call_output", "output": "sunny"},
+                ]
+            },
+            "input[1].call_id",
+        ),
+        (
+            {"input": [{"type": "function_call", "call_id": "c1", "arguments": "{}"}]},
+            "input[0].name",
+        ),
         ({"tools": [{"type": "file_search"}]}, "tools[0]"),
         ({"tools": [{"type": "custom", "name": "run_shell"}]}, "tools[0].name"),
         ({"tools": [{"type": "web_search"}]}, "tools[0]"),
         ({"tools": [weather_tool(), weather_tool()]}, "tools[1].name"),
-        ({"tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "custom", "name": "apply_patch"}]}]},
-         "tools[0].tools[0].type"),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "namespace",
+                        "name": "ns",
+                        "tools": [{"type": "custom", "name": "apply_patch"}],
+                    }
+                ]
+            },
+            "tools[0].tools[0].type",
+        ),
         ({"tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
         ({"include": ["message.output_text.logprobs"]}, "include[0]"),
         ({"text": {"format": {"type": "xml"}}}, "text.format"),
     ],
 )
-def test_bad_input_is_400_naming_the_field(client: TestClient, fields: dict[str, Any], param: str) -> None:
+def test_bad_input_is_400_naming_the_field(
+    client: TestClient, fields: dict[str, Any], param: str
+) -> None:
     err = error(client, **fields)
     assert err["param"] == param, err
     assert err["type"] == "invalid_request_error"
@@ -232,10 +274,17 @@ def test_items_become_one_conversation(client: TestClient, engine: ScriptedEngin
         input=[
             {"type": "message", "role": "developer", "content": "Dev."},
             {"role": "user", "content": [{"type": "input_text", "text": "Weather in Oslo?"}]},
-            {"type": "message", "role": "assistant",
-             "content": [{"type": "output_text", "text": "Checking."}]},
-            {"type": "function_call", "call_id": "c1", "name": "get_weather",
-             "arguments": '{"city":"Oslo"}'},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "Checking."}],
+            },
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "name": "get_weather",
+                "arguments": '{"city":"Oslo"}',
+            },
             {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
         ],
     )
@@ -256,8 +305,14 @@ def _first_turn(client: TestClient, engine: ScriptedEngine) -> dict[str, Any]:
 
 def test_reasoning_item_restores_the_reasoning(client: TestClient, engine: ScriptedEngine) -> None:
     first = _first_turn(client, engine)
-    post(client, input=[{"role": "user", "content": "Hi!"}, *first["output"],
-                        {"role": "user", "content": "Again."}])
+    post(
+        client,
+        input=[
+            {"role": "user", "content": "Hi!"},
+            *first["output"],
+            {"role": "user", "content": "Again."},
+        ],
+    )
     msgs = engine.requests[-1].messages
     assert [m.role for m in msgs] == ["user", "assistant", "user"]
     assert msgs[1].reasoning == "".join(REASONING)  # the full reasoning, not the summary
@@ -266,10 +321,12 @@ def test_reasoning_item_restores_the_reasoning(client: TestClient, engine: Scrip
 
 def _tampered(blob: str) -> str:
     i = len(blob) // 2
-    return blob[:i] + ("A" if blob[i] != "A" else "B") + blob[i + 1:]
+    return blob[:i] + ("A" if blob[i] != "A" else "B") + blob[i + 1 :]
 
 
-@pytest.mark.parametrize("mangle", [_tampered, lambda b: b[:-4], lambda b: "not base64!", lambda b: ""])
+@pytest.mark.parametrize(
+    "mangle", [_tampered, lambda b: b[:-4], lambda b: "not base64!", lambda b: ""]
+)
 def test_altered_reasoning_is_400(client: TestClient, engine: ScriptedEngine, mangle: Any) -> None:
     reasoning = _first_turn(client, engine)["output"][0]
     bad = {**reasoning, "encrypted_content": mangle(reasoning["encrypted_content"])}
@@ -283,11 +340,15 @@ def test_reasoning_from_another_key_or_server_is_400(
 ) -> None:
     reasoning = _first_turn(client, engine)["output"][0]
     items = [reasoning, {"role": "user", "content": "Again."}]
-    r = client.post("/v1/responses", json=body(input=items),
-                    headers={"Authorization": f"Bearer {OTHER_KEY}"})
+    r = client.post(
+        "/v1/responses", json=body(input=items), headers={"Authorization": f"Bearer {OTHER_KEY}"}
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].encrypted_content"
-    other = create_app(Settings(api_keys=[TEST_KEY], data_dir=tmp_path / "elsewhere"),
-                       EngineSet({s.id: engine for s in CATALOGUE}), KeyRing([TEST_KEY]))
+    other = create_app(
+        Settings(api_keys=[TEST_KEY], data_dir=tmp_path / "elsewhere"),
+        EngineSet({s.id: engine for s in CATALOGUE}),
+        KeyRing([TEST_KEY]),
+    )
     with TestClient(other, headers={"Authorization": f"Bearer {TEST_KEY}"}) as c:
         r = c.post("/v1/responses", json=body(input=items))
     assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].encrypted_content"
@@ -306,7 +367,9 @@ def test_output_cap_gives_incomplete(client: TestClient, engine: ScriptedEngine)
     r = post(client, max_output_tokens=2)
     assert r["status"] == "incomplete"
     assert r["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert r["output"][-1]["status"] == "incomplete" and r["output"][-1]["content"][0]["text"] == "a"
+    assert (
+        r["output"][-1]["status"] == "incomplete" and r["output"][-1]["content"][0]["text"] == "a"
+    )
 
 
 def test_failure_after_start_is_a_failed_response_without_internals(
@@ -346,27 +409,44 @@ def test_function_calls_become_output_items(client: TestClient, engine: Scripted
     assert [o["type"] for o in r["output"]] == ["reasoning", "function_call", "function_call"]
     first, second = r["output"][1:]
     assert (first["call_id"], first["name"], first["arguments"]) == (
-        "call_a", "get_weather", '{"city":"Oslo"}'
+        "call_a",
+        "get_weather",
+        '{"city":"Oslo"}',
     )
     assert second["call_id"] == "call_b" and first["status"] == "completed"
     assert r["status"] == "completed"
 
 
-def test_namespace_tools_are_flattened_and_split_back(client: TestClient, engine: ScriptedEngine) -> None:
-    ns = {"type": "namespace", "name": "weather", "description": "Weather tools.",
-          "tools": [weather_tool("current")]}
+def test_namespace_tools_are_flattened_and_split_back(
+    client: TestClient, engine: ScriptedEngine
+) -> None:
+    ns = {
+        "type": "namespace",
+        "name": "weather",
+        "description": "Weather tools.",
+        "tools": [weather_tool("current")],
+    }
     engine.script = _calls(ToolCallDelta(0, "call_a", "weather__current", '{"city":"Oslo"}'))
     r = post(client, tools=[ns])
     assert [t.name for t in engine.requests[-1].tools] == ["weather__current"]
     call = r["output"][1]
     assert (call["name"], call["namespace"]) == ("current", "weather")
     assert r["tools"][0]["tools"][0]["name"] == "current"
-    post(client, tools=[ns], input=[
-        {"role": "user", "content": "Oslo?"},
-        {"type": "function_call", "call_id": "c1", "name": "current", "namespace": "weather",
-         "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
-    ])
+    post(
+        client,
+        tools=[ns],
+        input=[
+            {"role": "user", "content": "Oslo?"},
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "name": "current",
+                "namespace": "weather",
+                "arguments": "{}",
+            },
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        ],
+    )
     assert engine.requests[-1].messages[1].tool_calls[0].name == "weather__current"
 
 
@@ -381,11 +461,15 @@ def test_custom_apply_patch_tool(client: TestClient, engine: ScriptedEngine) -> 
     kinds = [e["type"] for e in events]
     assert "response.custom_tool_call_input.delta" in kinds
     assert "response.custom_tool_call_input.done" in kinds
-    post(client, tools=[tool], input=[
-        {"role": "user", "content": "Patch it."},
-        {"type": "custom_tool_call", "call_id": "call_p", "name": "apply_patch", "input": "x"},
-        {"type": "custom_tool_call_output", "call_id": "call_p", "output": "done"},
-    ])
+    post(
+        client,
+        tools=[tool],
+        input=[
+            {"role": "user", "content": "Patch it."},
+            {"type": "custom_tool_call", "call_id": "call_p", "name": "apply_patch", "input": "x"},
+            {"type": "custom_tool_call_output", "call_id": "call_p", "output": "done"},
+        ],
+    )
     assert engine.requests[-1].messages[1].tool_calls[0].kind == "custom"
 
 
@@ -395,8 +479,11 @@ def test_tool_choice_none_hides_tools_and_allowed_tools_filters(
     tools = [weather_tool(), weather_tool("get_time")]
     post(client, tools=tools, tool_choice="none")
     assert engine.requests[-1].tools == ()
-    choice = {"type": "allowed_tools", "mode": "required",
-              "tools": [{"type": "function", "name": "get_time"}]}
+    choice = {
+        "type": "allowed_tools",
+        "mode": "required",
+        "tools": [{"type": "function", "name": "get_time"}],
+    }
     r = post(client, tools=tools, tool_choice=choice)
     assert [t.name for t in engine.requests[-1].tools] == ["get_time"]
     assert engine.requests[-1].tool_choice.mode == "required"

@@ -223,8 +223,10 @@ def _where(prefix: str, loc: tuple[int | str, ...], node: Any) -> str:
         if isinstance(seg, int):
             out += f"[{seg}]"
             node = node[seg] if isinstance(node, list) and seg < len(node) else None
-        elif isinstance(node, dict) and seg not in node and (
-            seg == node.get("type") or "[" in seg or seg in ("str", "list")
+        elif (
+            isinstance(node, dict)
+            and seg not in node
+            and (seg == node.get("type") or "[" in seg or seg in ("str", "list"))
         ):
             continue
         elif isinstance(node, dict) or node is None:

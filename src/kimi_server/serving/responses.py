@@ -72,10 +72,21 @@ class _Call:
 
     def item(self, status: str) -> dict[str, Any]:
         if self.custom:
-            return {"type": "custom_tool_call", "id": self.id, "call_id": self.call_id,
-                    "name": self.wire.name, "input": self.arguments}
-        item = {"type": "function_call", "id": self.id, "call_id": self.call_id,
-                "name": self.wire.name, "arguments": self.arguments, "status": status}
+            return {
+                "type": "custom_tool_call",
+                "id": self.id,
+                "call_id": self.call_id,
+                "name": self.wire.name,
+                "input": self.arguments,
+            }
+        item = {
+            "type": "function_call",
+            "id": self.id,
+            "call_id": self.call_id,
+            "name": self.wire.name,
+            "arguments": self.arguments,
+            "status": status,
+        }
         if self.wire.namespace:
             item["namespace"] = self.wire.namespace
         return item
@@ -173,10 +184,15 @@ class ResponseBuilder:
 
     def _open_reasoning(self) -> list[Event]:
         self.reasoning = _Reasoning(self._take_index(), Summarizer(self.plan.summary_chars))
-        item = {"type": "reasoning", "id": self.reasoning.id, "summary": [],
-                "status": "in_progress"}
-        return [self._event("response.output_item.added", output_index=self.reasoning.index,
-                            item=item)]
+        item = {
+            "type": "reasoning",
+            "id": self.reasoning.id,
+            "summary": [],
+            "status": "in_progress",
+        }
+        return [
+            self._event("response.output_item.added", output_index=self.reasoning.index, item=item)
+        ]
 
     def _summary_piece(self, r: _Reasoning, piece: str) -> list[Event]:
         out: list[Event] = []
@@ -211,8 +227,13 @@ class ResponseBuilder:
             out.append(self._event("response.reasoning_summary_part.done", **ids, part=part))
             parts.append(part)
         sealed = self.sealer.seal(r.summarizer.text, key_id=self.plan.key_id)
-        item = {"type": "reasoning", "id": r.id, "summary": parts, "encrypted_content": sealed,
-                "status": status}
+        item = {
+            "type": "reasoning",
+            "id": r.id,
+            "summary": parts,
+            "encrypted_content": sealed,
+            "status": status,
+        }
         return [*out, self._done(r.index, item)]
 
     def _done(self, index: int, item: dict[str, Any]) -> Event:
@@ -226,17 +247,29 @@ class ResponseBuilder:
         assert m is not None
         if text:
             m.text += text
-            out.append(self._event("response.output_text.delta", item_id=m.id,
-                                   output_index=m.index, content_index=0, delta=text,
-                                   logprobs=[]))
+            out.append(
+                self._event(
+                    "response.output_text.delta",
+                    item_id=m.id,
+                    output_index=m.index,
+                    content_index=0,
+                    delta=text,
+                    logprobs=[],
+                )
+            )
         return out
 
     def _open_message(self) -> list[Event]:
         if self.message is not None:
             return []
         m = self.message = _Message(self._take_index())
-        item = {"type": "message", "id": m.id, "status": "in_progress", "role": "assistant",
-                "content": []}
+        item = {
+            "type": "message",
+            "id": m.id,
+            "status": "in_progress",
+            "role": "assistant",
+            "content": [],
+        }
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         ids = {"item_id": m.id, "output_index": m.index, "content_index": 0}
         return [
@@ -250,8 +283,13 @@ class ResponseBuilder:
             return []
         ids = {"item_id": m.id, "output_index": m.index, "content_index": 0}
         part = {"type": "output_text", "text": m.text, "annotations": [], "logprobs": []}
-        item = {"type": "message", "id": m.id, "status": status, "role": "assistant",
-                "content": [part]}
+        item = {
+            "type": "message",
+            "id": m.id,
+            "status": status,
+            "role": "assistant",
+            "content": [part],
+        }
         return [
             self._event("response.output_text.done", **ids, text=m.text, logprobs=[]),
             self._event("response.content_part.done", **ids, part=part),
@@ -263,20 +301,29 @@ class ResponseBuilder:
         call = self.calls.get(delta.index)
         if call is None:
             flat = delta.name or ""
-            call = _Call(self._take_index(), delta.id or new_id("call_"),
-                         self.plan.names.get(flat, WireName(flat)), delta.kind == "custom")
+            call = _Call(
+                self._take_index(),
+                delta.id or new_id("call_"),
+                self.plan.names.get(flat, WireName(flat)),
+                delta.kind == "custom",
+            )
             if call.custom:
                 call.id = new_id("ctc_")
             self.calls[delta.index] = call
             item = call.item("in_progress")
-            out.append(self._event("response.output_item.added", output_index=call.index,
-                                   item=item))
+            out.append(
+                self._event("response.output_item.added", output_index=call.index, item=item)
+            )
         if delta.arguments:
             call.arguments += delta.arguments
-            kind = ("response.custom_tool_call_input.delta" if call.custom
-                    else "response.function_call_arguments.delta")
-            out.append(self._event(kind, item_id=call.id, output_index=call.index,
-                                   delta=delta.arguments))
+            kind = (
+                "response.custom_tool_call_input.delta"
+                if call.custom
+                else "response.function_call_arguments.delta"
+            )
+            out.append(
+                self._event(kind, item_id=call.id, output_index=call.index, delta=delta.arguments)
+            )
         return out
 
     def _close_calls(self, status: str) -> list[Event]:
@@ -285,18 +332,33 @@ class ResponseBuilder:
             if call.index in self.items:
                 continue
             if call.custom:
-                out.append(self._event("response.custom_tool_call_input.done", item_id=call.id,
-                                       output_index=call.index, input=call.arguments))
+                out.append(
+                    self._event(
+                        "response.custom_tool_call_input.done",
+                        item_id=call.id,
+                        output_index=call.index,
+                        input=call.arguments,
+                    )
+                )
             else:
-                out.append(self._event("response.function_call_arguments.done",
-                                       item_id=call.id, output_index=call.index,
-                                       arguments=call.arguments))
+                out.append(
+                    self._event(
+                        "response.function_call_arguments.done",
+                        item_id=call.id,
+                        output_index=call.index,
+                        name=call.wire.name,
+                        arguments=call.arguments,
+                    )
+                )
             out.append(self._done(call.index, call.item(status)))
         return out
 
     def _close_all(self, status: str) -> list[Event]:
-        return [*self._close_reasoning(status), *self._close_message(status),
-                *self._close_calls(status)]
+        return [
+            *self._close_reasoning(status),
+            *self._close_message(status),
+            *self._close_calls(status),
+        ]
 
     def _finish(self, finish: Finish) -> list[Event]:
         cut = finish.reason == "length"
@@ -317,8 +379,10 @@ class ResponseBuilder:
             error = {"code": exc.code or "invalid_request", "message": exc.message}
         else:
             log.exception("response generation failed", exc_info=exc)
-            error = {"code": "server_error",
-                     "message": "The server had an error while generating the response."}
+            error = {
+                "code": "server_error",
+                "message": "The server had an error while generating the response.",
+            }
         try:
             out = self._close_all("incomplete")
         except Exception:  # pragma: no cover - never let closing hide the failure

@@ -126,8 +126,12 @@ def _tools(body: ResponsesRequest) -> _Tools:
     out = _Tools([], [], [], {})
     # Web search is refused first, by its place in the request as written.
     check_web_search(
-        [ToolSpec("web_search", kind="web_search" if isinstance(t, WebSearchTool) else "function")
-         for t in body.tools or ()],
+        [
+            ToolSpec(
+                "web_search", kind="web_search" if isinstance(t, WebSearchTool) else "function"
+            )
+            for t in body.tools or ()
+        ],
         "tools",
     )
     for i, tool in enumerate(body.tools or ()):
@@ -153,8 +157,12 @@ def _tools(body: ResponsesRequest) -> _Tools:
                 out.names[spec.name] = WireName(inner.name, tool.name)
                 inner_echo.append(one)
             out.echo.append(
-                {"type": "namespace", "name": tool.name, "description": tool.description,
-                 "tools": inner_echo}
+                {
+                    "type": "namespace",
+                    "name": tool.name,
+                    "description": tool.description,
+                    "tools": inner_echo,
+                }
             )
             continue
         else:  # pragma: no cover - web search was refused above
