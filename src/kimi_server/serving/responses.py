@@ -15,6 +15,7 @@ from typing import Any
 
 from kimi_server.errors import APIError
 from kimi_server.serving.common import new_id, now
+from kimi_server.serving.responses_object import response_object, usage_dict
 from kimi_server.serving.responses_request import ResponsesPlan, WireName
 from kimi_server.serving.sealing import Sealer
 from kimi_server.serving.summary import Summarizer
@@ -24,25 +25,10 @@ from kimi_server.serving.types import (
     Finish,
     ReasoningDelta,
     ToolCallDelta,
-    Usage,
 )
 
 log = logging.getLogger(__name__)
 Event = dict[str, Any]
-
-
-def usage_dict(usage: Usage) -> dict[str, Any]:
-    """The same accounting as chat, under the Responses names."""
-    return {
-        "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {
-            "cached_tokens": usage.cached_tokens,
-            "cache_write_tokens": usage.cache_write_tokens,
-        },
-        "output_tokens": usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-        "total_tokens": usage.total_tokens,
-    }
 
 
 @dataclass
@@ -109,42 +95,8 @@ class ResponseBuilder:
     # --- the response object ------------------------------------------------------------------
 
     def response(self, status: str, **fields: Any) -> dict[str, Any]:
-        echo = self.plan.echo
-        return {
-            "id": self.id,
-            "object": "response",
-            "created_at": self.created_at,
-            "completed_at": fields.get("completed_at"),
-            "status": status,
-            "incomplete_details": fields.get("incomplete_details"),
-            "model": self.plan.gen.model,
-            "previous_response_id": None,
-            "instructions": echo["instructions"],
-            "output": [self.items[i] for i in sorted(self.items)],
-            "error": fields.get("error"),
-            "tools": echo["tools"],
-            "tool_choice": echo["tool_choice"],
-            "truncation": "disabled",
-            "parallel_tool_calls": echo["parallel_tool_calls"],
-            "text": echo["text"],
-            "top_p": echo["top_p"],
-            "presence_penalty": 0.0,
-            "frequency_penalty": 0.0,
-            "top_logprobs": 0,
-            "temperature": echo["temperature"],
-            "reasoning": echo["reasoning"],
-            "usage": fields.get("usage"),
-            "max_output_tokens": echo["max_output_tokens"],
-            "max_tool_calls": None,
-            "store": False,
-            "background": False,
-            "service_tier": "default",
-            "metadata": echo["metadata"],
-            "safety_identifier": echo["safety_identifier"],
-            "prompt_cache_key": echo["prompt_cache_key"],
-            "conversation": None,
-            "prompt_cache_options": echo["prompt_cache_options"],
-        }
+        output = [self.items[i] for i in sorted(self.items)]
+        return response_object(self.id, self.created_at, status, self.plan, output=output, **fields)
 
     def _event(self, kind: str, **fields: Any) -> Event:
         event = {"type": kind, "sequence_number": self.seq, **fields}
