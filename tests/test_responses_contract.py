@@ -3,6 +3,7 @@ reasoning round-trips and sealing."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from fastapi.testclient import TestClient
 from kimi_server.engines.scripted import Script, ScriptedEngine
 from kimi_server.gate.auth import KeyRing
 from kimi_server.http.app import create_app
+from kimi_server.http.responses_router import responses_sse
 from kimi_server.policy.catalogue import CATALOGUE
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.types import ToolCallDelta
@@ -235,6 +237,10 @@ def test_store_true_is_answered_with_store_false(client: TestClient) -> None:
                 ]
             },
             "tools[0].tools[0].type",
+        ),
+        (
+            {"tools": [{"type": "namespace", "name": "n" * 40, "tools": [weather_tool("f" * 30)]}]},
+            "tools[0].tools[0].name",
         ),
         ({"tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
         ({"include": ["message.output_text.logprobs"]}, "include[0]"),
@@ -488,3 +494,19 @@ def test_tool_choice_none_hides_tools_and_allowed_tools_filters(
     assert [t.name for t in engine.requests[-1].tools] == ["get_time"]
     assert engine.requests[-1].tool_choice.mode == "required"
     assert r["tool_choice"] == choice and len(r["tools"]) == 2
+
+
+def test_each_event_is_one_whole_write() -> None:
+    """StreamingResponse sends each chunk the framer yields as one body message."""
+
+    async def events() -> Any:
+        for n, kind in enumerate(("response.created", "response.output_text.delta")):
+            yield {"type": kind, "sequence_number": n, "delta": "a\nb"}
+
+    async def collect() -> list[bytes]:
+        return [chunk async for chunk in responses_sse(events())]
+
+    chunks = asyncio.run(collect())
+    assert len(chunks) == 2
+    for chunk in chunks:
+        assert parse_sse(chunk.decode()) and chunk.endswith(b"\n\n") and chunk.count(b"\n\n") == 1

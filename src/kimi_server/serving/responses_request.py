@@ -152,6 +152,12 @@ def _tools(body: ResponsesRequest) -> _Tools:
                         code="unsupported_tool",
                     )
                 spec, one = _function(inner, tool.name)
+                if len(spec.name) > 64:
+                    raise InvalidRequestError(
+                        f"'{where}.tools[{j}]' reaches the model as {spec.name!r} (namespace and "
+                        "name joined by '__'), which is longer than 64 characters.",
+                        param=f"{where}.tools[{j}].name",
+                    )
                 out.specs.append(spec)
                 out.where.append(f"{where}.tools[{j}]")
                 out.names[spec.name] = WireName(inner.name, tool.name)
