@@ -88,6 +88,8 @@ def test_usage_follows_chat_accounting(client: TestClient, engine: ScriptedEngin
         json={"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "hi"}]},
     ).json()["usage"]
     assert chat["prompt_tokens_details"]["cache_write_tokens"] == 10
+    k3 = post(client, model="kimi-k3", reasoning=None)["usage"]["input_tokens_details"]
+    assert k3 == {"cached_tokens": 30, "cache_write_tokens": 0}  # kimi-k3 bills writes as input
 
 
 def test_settings_are_echoed_as_applied(client: TestClient, engine: ScriptedEngine) -> None:

@@ -7,6 +7,7 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 from openai import OpenAI
+from pydantic import BaseModel
 
 from kimi_server.engines.scripted import Script, ScriptedEngine
 from kimi_server.serving.types import ToolCallDelta
@@ -64,3 +65,18 @@ def test_sdk_raises_bad_request_for_stateful_fields(sdk: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         sdk.responses.create(model="kimi-k3.1-pro", input="Hi", previous_response_id="resp_1")
     assert "previous_response_id" in str(caught.value)
+
+
+class Greeting(BaseModel):
+    text: str
+
+
+def test_parse_with_a_pydantic_format(sdk: OpenAI, engine: ScriptedEngine) -> None:
+    engine.script = Script(content=('{"text": ', '"hello"}'))
+    parsed = sdk.responses.parse(
+        model="kimi-k3.1-pro", input="Greet.", reasoning={"effort": "low"}, text_format=Greeting
+    )
+    assert parsed.output_parsed == Greeting(text="hello")
+    fmt = engine.requests[-1].output_format
+    assert fmt.kind == "json_schema" and fmt.schema is not None
+    assert fmt.schema["properties"]["text"]["type"] == "string"
