@@ -14,8 +14,13 @@ from kimi_server.engines.scripted import Script, ScriptedEngine
 from kimi_server.gate.auth import KeyRing
 from kimi_server.http.app import create_app
 from kimi_server.http.responses_router import responses_sse
+from kimi_server.http.sse import prime
 from kimi_server.policy.catalogue import CATALOGUE
+from kimi_server.protocol.responses import ResponsesRequest
+from kimi_server.serving import responses
 from kimi_server.serving.common import EngineSet
+from kimi_server.serving.responses_request import build_responses_request
+from kimi_server.serving.sealing import Sealer, load_or_create_key
 from kimi_server.serving.types import ToolCallDelta
 from kimi_server.settings import Settings
 from tests.conftest import OTHER_KEY, TEST_KEY
@@ -512,3 +517,26 @@ def test_each_event_is_one_whole_write() -> None:
     assert len(chunks) == 2
     for chunk in chunks:
         assert parse_sse(chunk.decode()) and chunk.endswith(b"\n\n") and chunk.count(b"\n\n") == 1
+
+
+def test_closing_the_stream_cancels_the_generation(engine: ScriptedEngine, tmp_path: Path) -> None:
+    """What a departed client does to the event stream reaches the engine."""
+    sealer = Sealer(load_or_create_key(tmp_path / "key"))
+    plan = build_responses_request(
+        ResponsesRequest.model_validate(body()),
+        served=frozenset(s.id for s in CATALOGUE),
+        budgets=Settings().budgets,
+        key_id="k",
+        accepts_images=False,
+        sealer=sealer,
+    )
+
+    async def scenario() -> tuple[str, int]:
+        events = await prime(engine.generate(plan.gen))
+        stream = responses.stream(plan, sealer, events)
+        seen = [await anext(stream) for _ in range(5)]
+        await stream.aclose()  # type: ignore[attr-defined]
+        return seen[-1]["type"], engine.cancelled  # counted now, not at loop shutdown
+
+    last, cancelled = asyncio.run(scenario())
+    assert last == "response.reasoning_summary_text.delta" and cancelled == 1
