@@ -35,9 +35,10 @@ def engine() -> ScriptedEngine:
 
 
 @pytest.fixture
-def client(engine: ScriptedEngine) -> Iterator[TestClient]:
+def client(engine: ScriptedEngine, tmp_path: Path) -> Iterator[TestClient]:
     engines = EngineSet({spec.id: engine for spec in CATALOGUE})
-    app = create_app(Settings(api_keys=[TEST_KEY]), engines, KeyRing([TEST_KEY, OTHER_KEY]))
+    settings = Settings(api_keys=[TEST_KEY], data_dir=tmp_path / "data")
+    app = create_app(settings, engines, KeyRing([TEST_KEY, OTHER_KEY]))
     auth = {"Authorization": f"Bearer {TEST_KEY}"}
     with TestClient(app, headers=auth, raise_server_exceptions=False) as c:
         yield c

@@ -59,6 +59,8 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     data_dir: Path = Field(default_factory=_default_data_dir)
     models_dir: Path | None = None
+    # Seals reasoning in Responses output; None: <data_dir>/responses.key, made on first start.
+    responses_key_file: Path | None = None
 
     model: str = "qwen2.5-coder-0.5b"
     auto_pull: bool = True

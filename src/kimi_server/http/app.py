@@ -9,11 +9,12 @@ from fastapi import FastAPI
 
 from kimi_server import __version__
 from kimi_server.gate.auth import KeyRing
-from kimi_server.http import chat_router, docs_router, models_router
+from kimi_server.http import chat_router, docs_router, models_router, responses_router
 from kimi_server.http.errors import install_error_handlers
 from kimi_server.http.limits import BodySizeLimit
 from kimi_server.http.state import AppState
 from kimi_server.serving.common import EngineSet
+from kimi_server.serving.sealing import Sealer, load_or_create_key
 from kimi_server.settings import Settings
 
 
@@ -37,9 +38,12 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
         redoc_url=None,
         openapi_url=None,
     )
-    app.state.kimi = AppState(settings=settings, engines=engines, keys=keys)
+    key_file = settings.responses_key_file or settings.data_dir / "responses.key"
+    sealer = Sealer(load_or_create_key(key_file))
+    app.state.kimi = AppState(settings=settings, engines=engines, keys=keys, sealer=sealer)
     install_error_handlers(app)
     app.include_router(chat_router.router)
+    app.include_router(responses_router.router)
     app.include_router(models_router.router)
     app.include_router(docs_router.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

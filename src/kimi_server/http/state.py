@@ -8,6 +8,7 @@ from fastapi import Request
 
 from kimi_server.gate.auth import KeyRing, Principal
 from kimi_server.serving.common import EngineSet
+from kimi_server.serving.sealing import Sealer
 from kimi_server.settings import Settings
 
 
@@ -16,6 +17,7 @@ class AppState:
     settings: Settings
     engines: EngineSet
     keys: KeyRing
+    sealer: Sealer
 
 
 def app_state(request: Request) -> AppState:

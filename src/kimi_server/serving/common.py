@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,13 @@ from kimi_server.engines.base import Engine
 from kimi_server.errors import InvalidRequestError, NotFoundError
 from kimi_server.policy.catalogue import ModelSpec
 from kimi_server.policy.rules import CacheOptions
-from kimi_server.serving.types import CachePolicy, OutputFormat, ReasoningBudget, ToolChoice, ToolSpec
+from kimi_server.serving.types import (
+    CachePolicy,
+    OutputFormat,
+    ReasoningBudget,
+    ToolChoice,
+    ToolSpec,
+)
 
 TTL_SECONDS = {"5m": 300, "1h": 3600}
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -58,26 +64,30 @@ def cache_policy(spec: ModelSpec, options: CacheOptions, namespace: str) -> Cach
     )
 
 
-def check_tools(tools: list[ToolSpec], param: str) -> None:
+def check_tools(
+    tools: list[ToolSpec], param: str, where: Sequence[str] | None = None
+) -> None:
+    """``where`` names each tool's place when it is not ``param[i]`` (flattened namespaces)."""
     seen: set[str] = set()
     for i, tool in enumerate(tools):
         if tool.kind == "web_search":
             continue
+        at = where[i] if where is not None else f"{param}[{i}]"
         if not TOOL_NAME.match(tool.name):
             raise InvalidRequestError(
-                f"Invalid '{param}[{i}]' name {tool.name!r}: use 1-64 letters, digits, '_' or '-'.",
-                param=f"{param}[{i}].name",
+                f"Invalid '{at}' name {tool.name!r}: use 1-64 letters, digits, '_' or '-'.",
+                param=f"{at}.name",
             )
         if tool.name in seen:
             raise InvalidRequestError(
-                f"Duplicate tool name {tool.name!r} in '{param}'.", param=f"{param}[{i}].name"
+                f"Duplicate tool name {tool.name!r} in '{param}'.", param=f"{at}.name"
             )
         seen.add(tool.name)
         params = tool.parameters
         if params is not None and params.get("type", "object") != "object":
             raise InvalidRequestError(
-                f"'{param}[{i}]' parameters must be a JSON Schema of type 'object'.",
-                param=f"{param}[{i}].parameters",
+                f"'{at}' parameters must be a JSON Schema of type 'object'.",
+                param=f"{at}.parameters",
             )
 
 

@@ -1,0 +1,157 @@
+"""Responses ``input`` items -> the conversation as internal Messages.
+
+An assistant turn arrives as several items (reasoning, then a message and/or tool calls); they
+are gathered back into one assistant Message so the model sees its own turn whole, with the
+reasoning restored from the sealed ``encrypted_content``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kimi_server.errors import InvalidRequestError
+from kimi_server.protocol.responses import (
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputImage,
+    InputItem,
+    InputText,
+    MessageItem,
+    OutputText,
+    ReasoningItem,
+    Refusal,
+    ToolOutput,
+)
+from kimi_server.serving.types import Message, ToolCallRecord
+
+ALLOWED_PARTS = {
+    "user": ("input_text", "input_image"),
+    "system": ("input_text",),
+    "developer": ("input_text",),
+    "assistant": ("output_text", "refusal"),
+}
+
+
+@dataclass
+class _AssistantTurn:
+    reasoning: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    calls: list[ToolCallRecord] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not (self.reasoning or self.texts or self.calls)
+
+    def message(self) -> Message:
+        return Message(
+            "assistant",
+            "\n".join(self.texts),
+            reasoning="\n".join(self.reasoning) if self.reasoning else None,
+            tool_calls=tuple(self.calls),
+        )
+
+
+def _image(part: InputImage, where: str, accepts_images: bool) -> str:
+    if not accepts_images:
+        raise InvalidRequestError(
+            f"This model cannot see images: '{where}' is an input_image part. Send text only, "
+            "or route the model to an engine with vision support.",
+            param=where,
+            code="unsupported_content",
+        )
+    if not part.image_url:
+        raise InvalidRequestError(
+            f"'{where}' needs an 'image_url' (an https or data URL); file ids are not supported "
+            "because this server stores no files.",
+            param=f"{where}.image_url",
+        )
+    return part.image_url
+
+
+def _message(item: MessageItem, where: str, accepts_images: bool) -> Message:
+    texts: list[str] = []
+    images: list[str] = []
+    if isinstance(item.content, str):
+        texts.append(item.content)
+    else:
+        allowed = ALLOWED_PARTS[item.role]
+        for j, part in enumerate(item.content):
+            at = f"{where}.content[{j}]"
+            if part.type not in allowed:
+                raise InvalidRequestError(
+                    f"Invalid '{at}.type': a '{item.role}' message may contain only "
+                    f"{' and '.join(repr(a) for a in allowed)} parts, not {part.type!r}.",
+                    param=f"{at}.type",
+                    code="invalid_value",
+                )
+            if isinstance(part, InputText | OutputText):
+                texts.append(part.text)
+            elif isinstance(part, Refusal):
+                texts.append(part.refusal)
+            else:
+                images.append(_image(part, at, accepts_images))
+    role = "system" if item.role == "developer" else item.role
+    return Message(role, "\n".join(texts), images=tuple(images))
+
+
+def _tool_output(output: ToolOutput, call_id: str, where: str, accepts_images: bool) -> Message:
+    if isinstance(output, str):
+        return Message("tool", output, tool_call_id=call_id)
+    texts: list[str] = []
+    images: list[str] = []
+    for j, part in enumerate(output):
+        if isinstance(part, InputText):
+            texts.append(part.text)
+        else:
+            images.append(_image(part, f"{where}.output[{j}]", accepts_images))
+    return Message("tool", "\n".join(texts), images=tuple(images), tool_call_id=call_id)
+
+
+def convert_items(
+    items: list[InputItem],
+    *,
+    accepts_images: bool,
+    open_reasoning: Callable[[str, str], str],
+    flat_name: Callable[[str, str | None], str],
+) -> list[Message]:
+    out: list[Message] = []
+    turn = _AssistantTurn()
+
+    def flush() -> None:
+        nonlocal turn
+        if not turn.empty():
+            out.append(turn.message())
+        turn = _AssistantTurn()
+
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if isinstance(item, ReasoningItem):
+            if item.encrypted_content is None:
+                raise InvalidRequestError(
+                    f"'{where}' is a reasoning item without 'encrypted_content'. This server keeps "
+                    "no state and restores reasoning only from it: send the item as returned.",
+                    param=f"{where}.encrypted_content",
+                )
+            if turn.texts or turn.calls:
+                flush()  # reasoning opens a new assistant turn
+            blob = item.encrypted_content
+            turn.reasoning.append(open_reasoning(blob, f"{where}.encrypted_content"))
+        elif isinstance(item, MessageItem) and item.role == "assistant":
+            if turn.texts or turn.calls:
+                flush()
+            turn.texts.append(_message(item, where, accepts_images).text)
+        elif isinstance(item, FunctionCallItem):
+            name = flat_name(item.name, item.namespace)
+            turn.calls.append(ToolCallRecord(item.call_id, name, item.arguments))
+        elif isinstance(item, CustomToolCallItem):
+            turn.calls.append(ToolCallRecord(item.call_id, item.name, item.input, kind="custom"))
+        else:
+            flush()
+            if isinstance(item, MessageItem):
+                out.append(_message(item, where, accepts_images))
+            elif isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem):
+                out.append(_tool_output(item.output, item.call_id, where, accepts_images))
+    flush()
+    return out
