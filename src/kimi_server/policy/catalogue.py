@@ -6,7 +6,7 @@ the API contract and do not change with the backend.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 
@@ -39,27 +39,21 @@ class ModelSpec:
 # Generic client effort names mapped onto the K3.1 levels; "none" does not disable reasoning.
 K31_ALIASES = {"medium": "high", "xhigh": "max", "minimal": "low", "none": "low"}
 
+K31_PRO = ModelSpec(
+    id="kimi-k3.1-pro",
+    efforts=("low", "high", "max"),
+    default_effort="max",
+    sampling=SamplingRule.IGNORE,
+    accepts_cache_options=True,
+    accepts_structured_output=True,
+    separates_cache_writes=True,
+    effort_aliases=K31_ALIASES,
+)
+
 CATALOGUE: tuple[ModelSpec, ...] = (
-    ModelSpec(
-        id="kimi-k3.1-pro",
-        efforts=("low", "high", "max"),
-        default_effort="max",
-        sampling=SamplingRule.IGNORE,
-        accepts_cache_options=True,
-        accepts_structured_output=True,
-        separates_cache_writes=True,
-        effort_aliases=K31_ALIASES,
-    ),
-    ModelSpec(
-        id="kimi-k3.1-pro-highspeed",
-        efforts=("low", "high", "max"),
-        default_effort="max",
-        sampling=SamplingRule.IGNORE,
-        accepts_cache_options=True,
-        accepts_structured_output=True,
-        separates_cache_writes=True,
-        effort_aliases=K31_ALIASES,
-    ),
+    K31_PRO,
+    # Same parameters as Pro; only its generation speed differs upstream.
+    replace(K31_PRO, id="kimi-k3.1-pro-highspeed"),
     ModelSpec(
         id="kimi-k3",
         efforts=("max",),
