@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kimi_server.engines.base import Engine
 from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
-from kimi_server.gate.auth import KeyRing, development_key
+from kimi_server.gate.auth import KeyRing, development_key, key_id_of
 from kimi_server.models.pull import resolve_model
 from kimi_server.models.store import ModelStore, default_models_dir
 from kimi_server.policy.catalogue import CATALOGUE
@@ -14,7 +14,13 @@ from kimi_server.serving.common import EngineSet
 from kimi_server.settings import Settings
 
 
+def cache_groups(settings: Settings) -> dict[str, str]:
+    """Key id -> group name, for keys an operator opted into a shared cache namespace."""
+    return {key_id_of(k): name for name, keys in settings.cache_groups.items() for k in keys}
+
+
 def build_engines(settings: Settings) -> EngineSet:
+    groups = cache_groups(settings)
     store = ModelStore(settings.models_dir or default_models_dir())
     by_path: dict[Path, Engine] = {}
     by_model: dict[str, Engine] = {}
@@ -33,6 +39,11 @@ def build_engines(settings: Settings) -> EngineSet:
                     temperature=settings.temperature,
                     top_p=settings.top_p,
                     verbose=settings.engine_verbose,
+                    cache_entries=settings.cache_entries,
+                    cache_max_tokens=settings.cache_max_tokens,
+                    cache_enabled=settings.cache_enabled,
+                    cache_ttl_scale=settings.cache_ttl_scale,
+                    cache_groups=groups,
                 )
             )
         by_model[spec.id] = by_path[path]

@@ -74,6 +74,15 @@ class Settings(BaseSettings):
     budgets: dict[str, EffortBudget] = Field(default_factory=lambda: dict(DEFAULT_BUDGETS))
 
     public_docs: bool = False  # /docs and /openapi.json without a key
+    # Prompt cache (docs/caching.md). Cached sequences resident at once, the tokens they may
+    # hold (default: half of ctx_size), a factor on every TTL (tests shorten them), and named
+    # groups of API keys that share one cache namespace (off by default: keys are isolated).
+    cache_enabled: bool = True
+    cache_entries: int = Field(default=16, ge=1, le=256)
+    cache_max_tokens: int | None = Field(default=None, ge=0)
+    cache_ttl_scale: float = Field(default=1.0, gt=0, le=100)
+    cache_groups: dict[str, list[str]] = Field(default_factory=dict)
+
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     engine_verbose: bool = False
@@ -83,6 +92,16 @@ class Settings(BaseSettings):
     def _split_keys(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    @field_validator("cache_groups", mode="after")
+    @classmethod
+    def _one_group_per_key(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        seen: set[str] = set()
+        for keys in value.values():
+            if seen & set(keys):
+                raise ValueError("an API key may belong to one cache group only")
+            seen |= set(keys)
         return value
 
     @field_validator("budgets", mode="after")

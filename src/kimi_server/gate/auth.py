@@ -18,6 +18,11 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+def key_id_of(key: str) -> str:
+    """The stable, non-secret id of a key (what ``Principal.key_id`` carries)."""
+    return digest(key)[:16]
+
+
 @dataclass(frozen=True)
 class Principal:
     """Who made a request: a stable, non-secret id derived from the key."""
@@ -53,7 +58,7 @@ class KeyRing:
                 matched = known
         if matched is None:
             raise AuthenticationError("Incorrect API key provided.", code="invalid_api_key")
-        return Principal(key_id=matched[:16])
+        return Principal(key_id=matched[:16])  # == key_id_of(token)
 
 
 def new_key() -> str:

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
-from kimi_server.engines.llamacpp.phases import PhaseContext, prompted_generation
+from kimi_server.engines.llamacpp.phases import PhaseContext, Tally, prompted_generation
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
 from kimi_server.errors import EngineUnavailableError
 from kimi_server.parsers.reasoning import get_reasoning_format
+from kimi_server.serving.prompt_cache import CacheLimits, CacheStats, PromptCacheLedger
 from kimi_server.serving.types import EngineEvent, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,13 @@ class EmbeddedConfig:
     temperature: float = 0.7
     top_p: float = 0.95
     verbose: bool = False
+    # Prompt cache: cached sequences resident at once (llama.cpp slots beyond n_parallel are
+    # only storage), the token bound on them, and the rest of the ledger's limits.
+    cache_entries: int = 16
+    cache_max_tokens: int | None = None  # None: half of n_ctx
+    cache_enabled: bool = True
+    cache_ttl_scale: float = 1.0
+    cache_groups: dict[str, str] | None = None  # key id -> shared namespace
 
 
 def _threads(requested: int) -> int:
@@ -48,6 +56,27 @@ class EmbeddedEngine:
         )
         self._runner: CompletionRunner | None = None
         self._server: Any = None
+        self._scrubs: set[asyncio.Task[None]] = set()
+        self.cache = PromptCacheLedger(
+            CacheLimits(
+                holders=self.slots,
+                max_active=config.n_parallel,
+                max_tokens=config.cache_max_tokens
+                if config.cache_max_tokens is not None
+                else config.n_ctx // 2,
+                enabled=config.cache_enabled,
+                ttl_scale=config.cache_ttl_scale,
+                bytes_per_token=info.kv_bytes_per_token or 0,
+                groups=config.cache_groups or {},
+            )
+        )
+
+    @property
+    def slots(self) -> int:
+        return max(self.config.n_parallel, self.config.cache_entries)
+
+    def cache_stats(self, key_id: str) -> CacheStats:
+        return self.cache.stats(key_id)
 
     def accepts_images(self) -> bool:
         return False
@@ -57,12 +86,13 @@ class EmbeddedEngine:
         return {
             "active_calls": runner.active if runner else 0,
             "cancelled_calls": runner.cancelled if runner else 0,
+            **self.cache.totals(),
         }
 
     async def start(self) -> None:
         if self._runner is None:
             self._server = await asyncio.to_thread(self._load)
-            self._runner = CompletionRunner(self._server, max_workers=4 * self.config.n_parallel)
+            self._runner = CompletionRunner(self._server, max_workers=4 * self.slots, pinned=True)
 
     def _load(self) -> Any:
         import xllamacpp  # imported late: loading it costs time and tests may not need it
@@ -71,8 +101,15 @@ class EmbeddedEngine:
         params = xllamacpp.CommonParams()
         params.model.path = str(cfg.model_path)
         params.n_ctx = cfg.n_ctx
-        params.n_parallel = cfg.n_parallel
+        # One slot per cached sequence; the ledger keeps at most n_parallel of them generating.
+        params.n_parallel = self.slots
         params.kv_unified = True  # slots share one context instead of n_ctx / n_parallel each
+        # Every request names its slot (the ledger's choice), which bypasses llama.cpp's own
+        # slot choice and its host-RAM prompt cache: that cache would hand one tenant's saved
+        # KV to another and save/clear slots behind the ledger's back.
+        params.cache_ram_mib = 0
+        params.cache_idle_slots = False
+        params.n_cache_reuse = 0  # reuse only true prefixes, never shifted chunks
         params.cpuparams.n_threads = _threads(cfg.n_threads)
         params.cpuparams_batch.n_threads = _threads(cfg.n_threads)
         params.ctx_shift = False  # never silently drop the start of a conversation
@@ -90,6 +127,8 @@ class EmbeddedEngine:
             raise EngineUnavailableError("The model could not be loaded.") from None
 
     async def close(self) -> None:
+        for task in list(self._scrubs):
+            task.cancel()
         if self._runner is not None:
             self._runner.shutdown()
         self._runner, self._server = None, None
@@ -105,9 +144,57 @@ class EmbeddedEngine:
             tools=request.tools,
             history_reasoning=(self.fmt.opener, self.fmt.closer),
         )
-        ctx = PhaseContext(self._runner, request, self.fmt, self._sampling())
-        async for event in prompted_generation(ctx, prompt, answer_constraints(request)):
-            yield event
+        policy = request.cache
+        lease = await self.cache.acquire(policy.namespace, prompt, policy.ttl_seconds)
+        settled = False
+
+        def settle(tally: Tally) -> bool:
+            nonlocal settled
+            settled = True
+            return self.cache.commit(
+                lease,
+                tally.held_text,
+                tally.held_tokens,
+                prompt_tokens=tally.prompt,
+                cached_tokens=tally.cached,
+            )
+
+        ctx = PhaseContext(
+            self._runner, request, self.fmt, self._sampling(),
+            slot=lease.holder, reuse=lease.reuse, settle=settle,
+        )
+        try:
+            async for event in prompted_generation(ctx, prompt, answer_constraints(request)):
+                yield event
+        finally:
+            if not settled:
+                # Cancelled or failed part-way: the slot's content is unknown, so it is nobody's
+                # cache any more.
+                self.cache.abandon(lease)
+            self._scrub_stale()
+
+    def _scrub_stale(self) -> None:
+        """Frees the KV of slots the cache no longer covers (expired, evicted, abandoned)."""
+        runner = self._runner
+        if runner is None:
+            return
+        for holder in self.cache.take_stale():
+            task = asyncio.get_running_loop().create_task(self._scrub(runner, holder))
+            self._scrubs.add(task)
+            task.add_done_callback(self._scrubs.discard)
+
+    async def _scrub(self, runner: CompletionRunner, holder: int) -> None:
+        # llama.cpp has no per-slot erase in-process: recomputing a one-token prompt without
+        # reuse drops everything else the slot held. The ledger keeps the slot out of use
+        # until this is done (llama.cpp queues it behind a cancelled call still on the slot).
+        body = {"prompt": " ", "n_predict": 0, "cache_prompt": False, "id_slot": holder}
+        try:
+            async for _ in runner.stream(body):
+                pass
+        except Exception as exc:
+            log.warning("could not clear slot %d: %s", holder, exc)
+        finally:
+            self.cache.scrubbed(holder)
 
 
 def answer_constraints(request: GenerationRequest) -> dict[str, Any]:

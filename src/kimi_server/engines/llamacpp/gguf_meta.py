@@ -29,6 +29,7 @@ class GGUFInfo:
     bos_token: str
     eos_token: str
     context_length: int | None
+    kv_bytes_per_token: int | None = None  # f16 K and V over all layers; None when unknown
 
 
 def _read(f: BinaryIO, fmt: str) -> object:
@@ -88,6 +89,7 @@ def read_gguf_info(path: Path) -> GGUFInfo:
 
     template = meta.get("tokenizer.chat_template")
     ctx = meta.get(f"{arch}.context_length")
+    kv_bytes = _kv_bytes_per_token(meta, arch)
     return GGUFInfo(
         architecture=arch,
         name=str(meta.get("general.name", path.stem)),
@@ -95,4 +97,21 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         bos_token=token("tokenizer.ggml.bos_token_id"),
         eos_token=token("tokenizer.ggml.eos_token_id"),
         context_length=int(ctx) if isinstance(ctx, int) else None,
+        kv_bytes_per_token=kv_bytes,
     )
+
+
+def _kv_bytes_per_token(meta: dict[str, object], arch: str) -> int | None:
+    """KV-cache bytes one token takes (llama.cpp's default f16 cache), for cache reporting."""
+
+    def num(key: str) -> int | None:
+        value = meta.get(f"{arch}.{key}")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    layers, embd, heads = num("block_count"), num("embedding_length"), num("attention.head_count")
+    kv_heads = num("attention.head_count_kv") or heads
+    if not layers or not embd or not heads or not kv_heads:
+        return None  # per-layer head counts (arrays) and other exotic layouts: unknown
+    k_len = num("attention.key_length") or embd // heads
+    v_len = num("attention.value_length") or embd // heads
+    return layers * kv_heads * (k_len + v_len) * 2

@@ -1,12 +1,14 @@
 """Generation phases on top of raw completions: reasoning first, then the answer.
 
-Both phases extend the same prompt, so the answer phase reuses the KV cache of the reasoning
-phase and costs only the new tokens.
+All calls of one request run on the same llama.cpp slot and extend the same prompt, so the
+answer phase reuses the KV cache of the reasoning phase and costs only the new tokens. That
+reuse is inside one request and always on; whether the *first* call may reuse KV left by earlier
+requests is the prompt cache's decision (``PhaseContext.reuse``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +19,7 @@ from kimi_server.serving.types import (
     ContentDelta,
     EngineEvent,
     Finish,
+    FinishReason,
     GenerationRequest,
     ReasoningDelta,
     Usage,
@@ -32,21 +35,29 @@ class Tally:
     completion: int = 0
     reasoning: int = 0
     calls: int = 0
+    # What the slot holds after the last call: its prompt plus what it generated.
+    held_text: str = ""
+    held_tokens: int = 0
 
-    def add(self, result: CompletionResult, *, reasoning: bool) -> None:
+    def add(self, result: CompletionResult, prompt: str, *, reasoning: bool) -> None:
         if self.calls == 0:
             self.prompt, self.cached = result.prompt_tokens, result.cached_tokens
         self.calls += 1
         self.completion += result.completion_tokens
         if reasoning:
             self.reasoning += result.completion_tokens
+        self.held_text = prompt + result.text
+        self.held_tokens = result.prompt_tokens + result.completion_tokens
 
-    def usage(self, request: GenerationRequest) -> Usage:
-        written = self.prompt - self.cached if request.cache.separate_writes else 0
+    def usage(self, request: GenerationRequest, *, written: bool = True) -> Usage:
+        """``written``: the prompt stayed in the prompt cache. kimi-k3 never separates writes
+        (they bill as regular input), and a prompt the cache did not keep wrote nothing."""
+        separate = written and request.cache.separate_writes
+        written_tokens = self.prompt - self.cached if separate else 0
         return Usage(
             prompt_tokens=self.prompt,
             cached_tokens=self.cached,
-            cache_write_tokens=written,
+            cache_write_tokens=written_tokens,
             completion_tokens=self.completion,
             reasoning_tokens=self.reasoning,
         )
@@ -58,6 +69,10 @@ class PhaseContext:
     request: GenerationRequest
     fmt: ReasoningFormat
     sampling: dict[str, Any]
+    slot: int | None = None  # the llama.cpp slot leased for this request
+    reuse: bool = True  # may the first call reuse KV that earlier requests left in the slot
+    # Records the slot's content in the prompt cache; returns whether the prompt stayed cached.
+    settle: Callable[[Tally], bool] | None = None
     tally: Tally = field(default_factory=Tally)
     context_full: bool = False  # the engine's context ran out: nothing more can be generated
 
@@ -65,13 +80,20 @@ class PhaseContext:
         body: dict[str, Any] = {
             "prompt": prompt,
             "n_predict": n_predict,
-            "cache_prompt": True,
+            # Later calls always extend this request's own KV; the first only when allowed.
+            "cache_prompt": self.reuse or self.tally.calls > 0,
             **self.sampling,
             **extra,
         }
+        if self.slot is not None:
+            body["id_slot"] = self.slot
         if self.request.seed is not None:
             body["seed"] = self.request.seed
         return body
+
+    def finish(self, reason: FinishReason) -> Finish:
+        written = self.settle(self.tally) if self.settle is not None else True
+        return Finish(reason, self.tally.usage(self.request, written=written))
 
 
 class LeadingTrim:
@@ -95,7 +117,7 @@ async def _call(
     try:
         async for item in ctx.runner.stream(body):
             if isinstance(item, CompletionResult):
-                ctx.tally.add(item, reasoning=reasoning)
+                ctx.tally.add(item, body["prompt"], reasoning=reasoning)
                 # "length" before n_predict means the context, not the budget, ran out.
                 if item.finish_reason == "length" and item.completion_tokens < body["n_predict"]:
                     ctx.context_full = True
@@ -171,7 +193,7 @@ async def prompted_generation(
         else:
             yield item
     if ctx.context_full or ctx.tally.completion >= ctx.request.max_output_tokens:
-        yield Finish("length", ctx.tally.usage(ctx.request))
+        yield ctx.finish("length")
         return
     full = opened + reasoning.rstrip() + ctx.fmt.closer
     finish = "stop"
@@ -182,4 +204,4 @@ async def prompted_generation(
             yield event
     if ctx.context_full:
         finish = "length"
-    yield Finish("length" if finish == "length" else "stop", ctx.tally.usage(ctx.request))
+    yield ctx.finish("length" if finish == "length" else "stop")

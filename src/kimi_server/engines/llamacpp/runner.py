@@ -34,8 +34,13 @@ _DONE = object()
 
 
 class CompletionRunner:
-    def __init__(self, server: CompletionServer, max_workers: int = 64) -> None:
+    def __init__(
+        self, server: CompletionServer, max_workers: int = 64, *, pinned: bool = False
+    ) -> None:
         self._server = server
+        # pinned: every call must name its slot. Left to choose, llama.cpp could pick a slot
+        # holding another API key's prompt and reuse it (see serving/prompt_cache.py).
+        self._pinned = pinned
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="llama")
         self._pending: set[asyncio.Future[None]] = set()
         self.active = 0  # calls in flight
@@ -46,6 +51,8 @@ class CompletionRunner:
 
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[str | CompletionResult]:
         """Yields text pieces, then one ``CompletionResult``."""
+        if self._pinned and "id_slot" not in body:
+            raise RuntimeError("a completion on a pinned runner must name its slot (id_slot)")
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         cancelled = threading.Event()

@@ -1,0 +1,33 @@
+"""``GET /v1/cache/stats``: prompt-cache counters for the caller's namespace and the server.
+
+Only aggregate server figures are shown next to the caller's own: never another key's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from kimi_server.gate.auth import Principal
+from kimi_server.http.state import app_state, authenticated
+from kimi_server.serving.prompt_cache import CacheStats, CacheStatsSource
+
+router = APIRouter(tags=["Prompt cache"])
+
+
+@router.get("/v1/cache/stats")
+async def cache_stats(request: Request, principal: Principal = Depends(authenticated)) -> Any:
+    """Hits, misses, writes, evictions and what the prompt cache holds."""
+    total: CacheStats | None = None
+    for engine in app_state(request).engines.unique():
+        if not isinstance(engine, CacheStatsSource):
+            continue
+        stats = engine.cache_stats(principal.key_id)
+        if total is None:
+            total = stats
+        else:
+            total.merge(stats)
+    if total is None:
+        return {"object": "prompt_cache.stats", "namespace": None, "server": None}
+    return total.as_dict()
