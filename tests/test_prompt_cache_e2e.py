@@ -261,3 +261,35 @@ def test_keys_an_operator_grouped_share_a_namespace(bounded_server: LiveServer) 
     assert partner["cached"] == partner["prompt"] - 1
     outsider, _ = ask(bounded_server, messages, key=bounded_server.other_key)
     assert outsider["cached"] == 0
+
+
+def responses_usage(server: LiveServer, messages: list[dict[str, Any]], **extra: Any) -> dict[str, int]:
+    """The same conversation through the Responses endpoint; its usage, flattened."""
+    resp = sdk(server).responses.create(
+        model=K31,
+        instructions=messages[0]["content"],
+        input=messages[1]["content"],
+        reasoning={"effort": "low"},
+        max_output_tokens=16,
+        **extra,
+    )
+    assert resp.usage is not None
+    usage = resp.usage.model_dump()
+    details = usage["input_tokens_details"]
+    return {
+        "prompt": usage["input_tokens"],
+        "cached": details["cached_tokens"],
+        "write": details["cache_write_tokens"],
+    }
+
+
+def test_responses_and_chat_share_one_cache_and_one_accounting(live_server: LiveServer) -> None:
+    messages = conversation()
+    chat, _ = ask(live_server, messages)
+    assert (chat["cached"], chat["write"]) == (0, chat["prompt"])
+    # The same conversation rendered the same way: the Responses request reads what Chat wrote.
+    resp = responses_usage(live_server, messages)
+    assert resp["prompt"] == chat["prompt"]
+    assert (resp["cached"], resp["write"]) == (resp["prompt"] - 1, 1)
+    fresh = responses_usage(live_server, conversation())
+    assert (fresh["cached"], fresh["write"]) == (0, fresh["prompt"])
