@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
+from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.phases import PhaseContext, prompted_generation
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
@@ -46,7 +48,9 @@ class EmbeddedEngine:
         self.template = ChatTemplate(
             info.chat_template, bos_token=info.bos_token, eos_token=info.eos_token
         )
+        self.syntax = syntax_for_template(self.template.source)
         self._runner: CompletionRunner | None = None
+        self._checker: GrammarChecker | None = None
         self._server: Any = None
 
     def accepts_images(self) -> bool:
@@ -56,6 +60,7 @@ class EmbeddedEngine:
         if self._runner is None:
             self._server = await asyncio.to_thread(self._load)
             self._runner = CompletionRunner(self._server, max_workers=4 * self.config.n_parallel)
+            self._checker = GrammarChecker(self._runner)
 
     def _load(self) -> Any:
         import xllamacpp  # imported late: loading it costs time and tests may not need it
@@ -85,29 +90,22 @@ class EmbeddedEngine:
     async def close(self) -> None:
         if self._runner is not None:
             self._runner.shutdown()
-        self._runner, self._server = None, None
+        self._runner, self._server, self._checker = None, None, None
 
     def _sampling(self) -> dict[str, Any]:
         return {"temperature": self.config.temperature, "top_p": self.config.top_p}
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
-        if self._runner is None:
+        if self._runner is None or self._checker is None:
             raise EngineUnavailableError("The engine is not running.")
+        plan = plan_answer(request, self.syntax)
+        # Before the first event: a schema the grammar compiler rejects is still a plain 400.
+        await self._checker.check(plan, request)
         prompt = self.template.render(
             request.messages,
             tools=request.tools,
             history_reasoning=(self.fmt.opener, self.fmt.closer),
         )
         ctx = PhaseContext(self._runner, request, self.fmt, self._sampling())
-        async for event in prompted_generation(ctx, prompt, answer_constraints(request)):
+        async for event in prompted_generation(ctx, prompt, plan):
             yield event
-
-
-def answer_constraints(request: GenerationRequest) -> dict[str, Any]:
-    """Extra completion fields that constrain the answer phase (not the reasoning)."""
-    fmt = request.output_format
-    if fmt.kind == "json_object":
-        return {"json_schema": {"type": "object"}}
-    if fmt.kind == "json_schema" and fmt.schema is not None:
-        return {"json_schema": fmt.schema}
-    return {}

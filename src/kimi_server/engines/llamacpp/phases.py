@@ -10,12 +10,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimi_server.engines.llamacpp.answer import AnswerPlan
 from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
+from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
 from kimi_server.parsers.reasoning import ReasoningFormat
 from kimi_server.serving.types import (
     ContentDelta,
     EngineEvent,
     Finish,
+    FinishReason,
     GenerationRequest,
     ReasoningDelta,
     Usage,
@@ -117,17 +120,17 @@ async def reason(ctx: PhaseContext, opened: str) -> AsyncIterator[ReasoningDelta
 
 async def answer(
     ctx: PhaseContext, prompt: str, extra: dict[str, Any]
-) -> AsyncIterator[ContentDelta | CompletionResult]:
+) -> AsyncIterator[str | CompletionResult]:
     remaining = ctx.request.max_output_tokens - ctx.tally.completion
     body = ctx.body(prompt, remaining, **extra)
     if ctx.request.stop:
         body["stop"] = list(ctx.request.stop)
     async for item in _call(ctx, body, reasoning=False):
-        yield item if isinstance(item, CompletionResult) else ContentDelta(item)
+        yield item
 
 
 async def prompted_generation(
-    ctx: PhaseContext, prompt: str, answer_extra: dict[str, Any]
+    ctx: PhaseContext, prompt: str, plan: AnswerPlan
 ) -> AsyncIterator[EngineEvent]:
     reasoning = ""
     opened = open_thinking(prompt, ctx.fmt)
@@ -140,10 +143,22 @@ async def prompted_generation(
         yield Finish("length", ctx.tally.usage(ctx.request))
         return
     full = opened + reasoning.rstrip() + ctx.fmt.closer
-    finish = "stop"
-    async for event in answer(ctx, full, answer_extra):
-        if isinstance(event, CompletionResult):
-            finish = "length" if event.finish_reason == "length" else "stop"
+    mode = plan.choose(reasoning)
+    grammar = plan.calls if mode == "calls" else plan.text
+    extra = {"grammar": grammar.text()} if grammar is not None else {}
+    parser = CallStreamParser(plan.syntax) if mode == "calls" else None
+    truncated = False
+    async for piece in answer(ctx, full, extra):
+        if isinstance(piece, CompletionResult):
+            truncated = piece.finish_reason == "length"
+        elif parser is None:
+            yield ContentDelta(piece)
         else:
-            yield event
-    yield Finish("length" if finish == "length" else "stop", ctx.tally.usage(ctx.request))
+            for delta in parser.feed(piece):
+                yield delta
+    reason_: FinishReason = "stop"
+    if truncated:
+        reason_ = "length"
+    elif parser is not None and parser.count:
+        reason_ = "tool_calls"
+    yield Finish(reason_, ctx.tally.usage(ctx.request))
