@@ -106,8 +106,12 @@ def json_object_grammar() -> Grammar:
 
 
 def text_grammar(syntax: CallSyntax, tools: Sequence[ToolSpec]) -> Grammar:
-    """Plain text that does not begin like a call, so a text answer never reads as one."""
-    openers = [syntax.open.strip() or "{"]
+    """Plain text that does not begin like a call, so a text answer never reads as one.
+
+    Besides the template's own marker this bans the shapes small models use for calls when
+    left alone: a bare JSON object and a JSON code block.
+    """
+    openers = [o for o in (syntax.open.strip(), "{", "```json") if o]
     if any(t.kind == "custom" for t in tools):
         openers.append("*** Begin Patch")
     banned = "|".join(_regex_escape(o) for o in openers)
