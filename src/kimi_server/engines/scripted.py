@@ -12,6 +12,7 @@ from kimi_server.serving.types import (
     ContentDelta,
     EngineEvent,
     Finish,
+    FinishReason,
     GenerationRequest,
     ReasoningDelta,
     ToolCallDelta,
@@ -58,12 +59,15 @@ class ScriptedEngine:
         reasoning_tokens = min(len(s.reasoning), budget)
         events = events[:reasoning_tokens]
         answer_budget = budget - reasoning_tokens
-        answer: list[EngineEvent] = [ContentDelta(t) for t in s.content][:answer_budget]
+        answer: list[EngineEvent] = [ContentDelta(t) for t in s.content]
+        answer = answer[:answer_budget]
         events += answer
         events += list(s.tool_calls)
         completion = reasoning_tokens + len(answer) + len(s.tool_calls)
         truncated = answer_budget < len(s.content)
-        reason = "length" if truncated else ("tool_calls" if s.tool_calls else "stop")
+        reason: FinishReason = (
+            "length" if truncated else ("tool_calls" if s.tool_calls else "stop")
+        )
         written = s.prompt_tokens - s.cached_tokens if request.cache.separate_writes else 0
         usage = Usage(s.prompt_tokens, s.cached_tokens, written, completion, reasoning_tokens)
         events.append(Finish(reason, usage))

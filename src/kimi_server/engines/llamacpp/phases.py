@@ -123,7 +123,9 @@ async def answer(
 ) -> AsyncIterator[str | CompletionResult]:
     remaining = ctx.request.max_output_tokens - ctx.tally.completion
     body = ctx.body(prompt, remaining, **extra)
-    if ctx.request.stop:
+    # Stop sequences would cut a grammar-constrained answer short of parsing; they only
+    # apply to free text.
+    if ctx.request.stop and "grammar" not in extra:
         body["stop"] = list(ctx.request.stop)
     async for item in _call(ctx, body, reasoning=False):
         yield item

@@ -138,14 +138,19 @@ class ChatTemplate:
                     }
                     for c in message.tool_calls
                 ]
+                # Rendered as the engine generated them (see grammar.CallSyntax), so the
+                # next turn's prompt repeats this turn's tokens and its prompt cache holds.
                 if self.native_tools:
                     out["tool_calls"] = calls
+                    if not message.text and content.endswith("\n"):
+                        content = content[:-1]  # the template puts its own newline back
                 else:
                     rendered = "\n".join(
                         _tojson({"name": c.name, "arguments": _arguments_value(c.arguments)})
                         for c in message.tool_calls
                     )
-                    content = f"{content}\n{rendered}" if content else rendered
+                    glue = "" if not content or content.endswith("\n") else "\n"
+                    content = f"{content}{glue}{rendered}"
             out["content"] = content
         if message.role == "tool":
             out["tool_call_id"] = message.tool_call_id
