@@ -11,7 +11,13 @@ import random
 
 import pytest
 
-from kimi_server.engines.llamacpp.answer import plan_answer, wants_call
+from kimi_server.engines.llamacpp.answer import plan_answer
+from kimi_server.engines.llamacpp.decide import (
+    decision_grammar,
+    decision_prompt,
+    last_user_text,
+    reasoning_writes_call,
+)
 from kimi_server.engines.llamacpp.grammar import (
     BARE_SYNTAX,
     MAX_PARALLEL_CALLS,
@@ -21,6 +27,7 @@ from kimi_server.engines.llamacpp.grammar import (
 from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
 from kimi_server.serving.types import (
     GenerationRequest,
+    Message,
     OutputFormat,
     ReasoningBudget,
     ToolCallDelta,
@@ -126,7 +133,7 @@ def test_plan_follows_tool_choice() -> None:
     assert named.calls is not None and "Begin Patch" not in named.calls.text()
     assert named.calls.start == "call"  # exactly one call without parallel calls
     auto = plan_answer(request(tools=tools), QWEN_SYNTAX)
-    assert auto.decide == "reasoning" and auto.text is not None
+    assert auto.decide == "model" and auto.text is not None and auto.text.free_text
     none = plan_answer(request(tools=tools, tool_choice=ToolChoice("none")), QWEN_SYNTAX)
     assert none.calls is None and none.text is None
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
@@ -136,12 +143,24 @@ def test_plan_follows_tool_choice() -> None:
     assert structured.text is not None and '"integer"' in structured.text.text()
 
 
-def test_auto_reads_the_reasoning() -> None:
+def test_auto_decision_step() -> None:
+    tools = (WEATHER, ToolSpec("add", "Adds two integers.\nExactly two."))
+    prompt = decision_prompt(tools, "What's the weather\nin Oslo?")
+    # The asked-about case comes last, on one line each, after the few-shot examples.
+    assert prompt.endswith(
+        "Tools: get_weather, add (Adds two integers. Exactly two)\n"
+        "Message: What's the weather in Oslo?\nDecision:"
+    )
+    assert decision_grammar(tools).endswith('start: " " ("get_weather" | "add" | "none")')
+    convo = (Message("user", "hi"), Message("assistant", "x"), Message("user", "weather?"))
+    assert last_user_text(request(messages=convo)) == "weather?"
+    after_results = (*convo, Message("tool", "{}", tool_call_id="c"))
+    assert last_user_text(request(messages=after_results)) is None
+
+
+def test_a_call_written_in_the_reasoning_counts() -> None:
     tools = (WEATHER,)
-    assert wants_call('I will call {"name": "get_weather", ...}', tools, QWEN_SYNTAX)
-    assert wants_call("<tool_call> maybe", tools, QWEN_SYNTAX)
-    assert not wants_call("Hello! How can I help you today?", tools, QWEN_SYNTAX)
-    assert not wants_call("get_weathers is not a tool", tools, BARE_SYNTAX)
-    plan = plan_answer(request(tools=tools), BARE_SYNTAX)
-    assert plan.choose("use get_weather for Paris") == "calls"
-    assert plan.choose("just say hi") == "text"
+    assert reasoning_writes_call('{"name": "get_weather", "arguments": {}}', tools, BARE_SYNTAX)
+    assert reasoning_writes_call("<tool_call> maybe", tools, QWEN_SYNTAX)
+    assert not reasoning_writes_call("I could use get_weather.", tools, QWEN_SYNTAX)
+    assert not reasoning_writes_call('{"name": "get_weathers"}', tools, BARE_SYNTAX)

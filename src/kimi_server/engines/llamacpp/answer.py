@@ -2,19 +2,13 @@
 
 The plan is made before anything streams, so every grammar it may use is compiled (and a bad
 one refused with a 400) while the response can still be a plain HTTP error. Under
-``tool_choice: "auto"`` the choice between text and calls is made after the reasoning phase:
-
-Tiny models rarely open a call on their own at the answer position (they answer in prose or
-with a JSON code block), but when a request needs a tool their free reasoning names it, often
-writing the call out. So the engine reads the reasoning: if it names one of the tools (as a
-word) or opens the template's call marker, the answer is decoded as calls; otherwise as text
-that may not begin like a call. Either way the result parses.
+``tool_choice: "auto"`` the model decides between text and calls in a separate step
+(``decide.py``); either branch is decoded under its grammar, so the result always parses.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
@@ -42,7 +36,7 @@ class AnswerPlan:
     tools: tuple[ToolSpec, ...]
     text: Grammar | None  # for a text (or structured) answer; None: unconstrained
     calls: Grammar | None  # for a tool-call answer; None: calls are not possible
-    decide: Literal["text", "calls", "reasoning"]
+    decide: Literal["text", "calls", "model"]
 
     def grammars(self) -> list[tuple[str, Grammar]]:
         out: list[tuple[str, Grammar]] = []
@@ -51,18 +45,6 @@ class AnswerPlan:
         if self.calls is not None:
             out.append(("tools", self.calls))
         return out
-
-    def choose(self, reasoning: str) -> Literal["text", "calls"]:
-        if self.decide != "reasoning":
-            return self.decide
-        return "calls" if wants_call(reasoning, self.tools, self.syntax) else "text"
-
-
-def wants_call(reasoning: str, tools: tuple[ToolSpec, ...], syntax: CallSyntax) -> bool:
-    marker = syntax.open.strip()
-    if marker and marker in reasoning:
-        return True
-    return any(re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", reasoning) for t in tools)
 
 
 def _output_grammar(request: GenerationRequest) -> Grammar | None:
@@ -86,7 +68,7 @@ def plan_answer(request: GenerationRequest, syntax: CallSyntax) -> AnswerPlan:
     if choice.mode in ("required", "named"):
         return AnswerPlan(syntax, tools, None, calls, "calls")
     text = structured if structured is not None else text_grammar(syntax, tools)
-    return AnswerPlan(syntax, tools, text, calls, "reasoning")
+    return AnswerPlan(syntax, tools, text, calls, "model")
 
 
 class GrammarChecker:

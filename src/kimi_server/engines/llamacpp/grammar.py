@@ -85,6 +85,7 @@ PATCH_EOF: "*** End of File\n"
 class Grammar:
     start: str
     rules: tuple[str, ...] = ()
+    free_text: bool = False  # prose, not JSON or calls: stop sequences may apply
 
     def text(self) -> str:
         return "\n".join(("%llguidance {}", f"start: {self.start}", *self.rules))
@@ -115,7 +116,8 @@ def text_grammar(syntax: CallSyntax, tools: Sequence[ToolSpec]) -> Grammar:
     if any(t.kind == "custom" for t in tools):
         openers.append("*** Begin Patch")
     banned = "|".join(_regex_escape(o) for o in openers)
-    return Grammar("ANSWER_TEXT", (f"ANSWER_TEXT: /(?s:.*)/ & ~/(?s:\\s*({banned}).*)/",))
+    rule = f"ANSWER_TEXT: /(?s:.*)/ & ~/(?s:\\s*({banned}).*)/"
+    return Grammar("ANSWER_TEXT", (rule,), free_text=True)
 
 
 _REGEX_META = set("\\.+*?()|[]{}^$#&-~/")

@@ -6,11 +6,13 @@ phase and costs only the new tokens.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_server.engines.llamacpp.answer import AnswerPlan
+from kimi_server.engines.llamacpp.decide import model_wants_call, reasoning_writes_call
 from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
 from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
 from kimi_server.parsers.reasoning import ReasoningFormat
@@ -119,13 +121,11 @@ async def reason(ctx: PhaseContext, opened: str) -> AsyncIterator[ReasoningDelta
 
 
 async def answer(
-    ctx: PhaseContext, prompt: str, extra: dict[str, Any]
+    ctx: PhaseContext, prompt: str, extra: dict[str, Any], *, stops: bool = True
 ) -> AsyncIterator[str | CompletionResult]:
     remaining = ctx.request.max_output_tokens - ctx.tally.completion
     body = ctx.body(prompt, remaining, **extra)
-    # Stop sequences would cut a grammar-constrained answer short of parsing; they only
-    # apply to free text.
-    if ctx.request.stop and "grammar" not in extra:
+    if ctx.request.stop and stops:
         body["stop"] = list(ctx.request.stop)
     async for item in _call(ctx, body, reasoning=False):
         yield item
@@ -133,6 +133,21 @@ async def answer(
 
 async def prompted_generation(
     ctx: PhaseContext, prompt: str, plan: AnswerPlan
+) -> AsyncIterator[EngineEvent]:
+    # Under tool_choice auto the decision step runs alongside the reasoning (see decide.py).
+    decision: asyncio.Task[bool] | None = None
+    if plan.decide == "model":
+        decision = asyncio.create_task(model_wants_call(ctx.runner, ctx.request, plan.tools))
+    try:
+        async for event in _generate(ctx, prompt, plan, decision):
+            yield event
+    finally:
+        if decision is not None and not decision.done():
+            decision.cancel()
+
+
+async def _generate(
+    ctx: PhaseContext, prompt: str, plan: AnswerPlan, decision: asyncio.Task[bool] | None
 ) -> AsyncIterator[EngineEvent]:
     reasoning = ""
     opened = open_thinking(prompt, ctx.fmt)
@@ -145,12 +160,17 @@ async def prompted_generation(
         yield Finish("length", ctx.tally.usage(ctx.request))
         return
     full = opened + reasoning.rstrip() + ctx.fmt.closer
-    mode = plan.choose(reasoning)
+    mode = plan.decide
+    if decision is not None:
+        wants = await decision or reasoning_writes_call(reasoning, plan.tools, plan.syntax)
+        mode = "calls" if wants else "text"
     grammar = plan.calls if mode == "calls" else plan.text
     extra = {"grammar": grammar.text()} if grammar is not None else {}
     parser = CallStreamParser(plan.syntax) if mode == "calls" else None
     truncated = False
-    async for piece in answer(ctx, full, extra):
+    # Stop sequences would cut JSON or a call short of parsing; they only apply to text.
+    stops = grammar is None or grammar.free_text
+    async for piece in answer(ctx, full, extra, stops=stops):
         if isinstance(piece, CompletionResult):
             truncated = piece.finish_reason == "length"
         elif parser is None:
