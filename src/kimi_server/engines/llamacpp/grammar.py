@@ -145,8 +145,11 @@ def calls_grammar(
         alternatives.append(f"call_{i}")
         rules.append(f'call_{i}: {head} args_{i} "}}"')
         rules.append(f"args_{i}: {json_block(params, strict=tool.strict)}")
-    body = " | ".join(alternatives)
-    rules.append(f"call: {_lit(syntax.open)} ({body}) {_lit(syntax.close)}".replace(' ""', ""))
+    parts = [_lit(syntax.open)] if syntax.open else []
+    parts.append(f"({' | '.join(alternatives)})")
+    if syntax.close:
+        parts.append(_lit(syntax.close))
+    rules.append("call: " + " ".join(parts))
     if parallel and MAX_PARALLEL_CALLS > 1:
         start = f"call ({_lit(syntax.separator)} call){{0,{MAX_PARALLEL_CALLS - 1}}}"
     else:
