@@ -164,3 +164,17 @@ def test_a_call_written_in_the_reasoning_counts() -> None:
     assert reasoning_writes_call("<tool_call> maybe", tools, QWEN_SYNTAX)
     assert not reasoning_writes_call("I could use get_weather.", tools, QWEN_SYNTAX)
     assert not reasoning_writes_call('{"name": "get_weathers"}', tools, BARE_SYNTAX)
+
+
+def test_time_formats_become_bounded_patterns() -> None:
+    schema = {"type": "object", "properties": {
+        "at": {"type": "string", "format": "date-time"},
+        "format": {"type": "string", "format": "time"},
+        "day": {"type": "string", "format": "date"}}}
+    text = plan_answer(
+        request(output_format=OutputFormat("json_schema", schema, "a")), BARE_SYNTAX
+    ).text
+    assert text is not None
+    body = text.text()
+    assert '"format":"time"' not in body and '"format":"date-time"' not in body
+    assert '"format":"date"' in body and "[0-9]{1,6}" in body
