@@ -28,7 +28,19 @@ def _path(loc: tuple[Any, ...], body: Any) -> str:
     parts: list[str] = []
     node = body
     tag_skipped = False
-    for seg in loc[1:] if loc and loc[0] == "body" else loc:
+    segs = list(loc[1:] if loc and loc[0] == "body" else loc)
+    for n, seg in enumerate(segs):
+        if (
+            isinstance(node, dict)
+            and seg == node.get("type")
+            and not tag_skipped
+            and n + 1 < len(segs)
+            and segs[n + 1] == seg
+        ):
+            # A tag that is also a field name (``{"type": "function", "function": ...}``):
+            # the first of the two is the tag.
+            tag_skipped = True
+            continue
         if isinstance(seg, int):
             parts.append(f"[{seg}]")
             node = node[seg] if isinstance(node, list) and seg < len(node) else None

@@ -13,6 +13,11 @@ from kimi_server.engines.base import Engine
 from kimi_server.errors import InvalidRequestError, NotFoundError
 from kimi_server.policy.catalogue import ModelSpec
 from kimi_server.policy.rules import CacheOptions
+from kimi_server.serving.schema_check import (
+    MAX_TOTAL_SCHEMA_BYTES,
+    check_schema,
+    schema_size,
+)
 from kimi_server.serving.types import (
     CachePolicy,
     OutputFormat,
@@ -64,11 +69,23 @@ def cache_policy(spec: ModelSpec, options: CacheOptions, namespace: str) -> Cach
     )
 
 
+MAX_TOOLS = 128
+# The one custom (freeform) tool whose input grammar this server knows; see grammar docs.
+CUSTOM_TOOLS = frozenset({"apply_patch"})
+SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
 def check_tools(
     tools: list[ToolSpec], param: str, where: Sequence[str] | None = None
 ) -> None:
     """``where`` names each tool's place when it is not ``param[i]`` (flattened namespaces)."""
+    if len(tools) > MAX_TOOLS:
+        raise InvalidRequestError(
+            f"'{param}' may hold at most {MAX_TOOLS} tools; {len(tools)} were given.",
+            param=param,
+        )
     seen: set[str] = set()
+    total = 0
     for i, tool in enumerate(tools):
         if tool.kind == "web_search":
             continue
@@ -83,12 +100,27 @@ def check_tools(
                 f"Duplicate tool name {tool.name!r} in '{param}'.", param=f"{at}.name"
             )
         seen.add(tool.name)
-        params = tool.parameters
-        if params is not None and params.get("type", "object") != "object":
-            raise InvalidRequestError(
-                f"'{at}' parameters must be a JSON Schema of type 'object'.",
-                param=f"{at}.parameters",
-            )
+        if not isinstance(tool.strict, bool):
+            raise InvalidRequestError(f"'{at}.strict' must be a boolean.", param=f"{at}.strict")
+        if tool.kind == "custom":
+            if tool.name not in CUSTOM_TOOLS:
+                raise InvalidRequestError(
+                    f"Custom tool {tool.name!r} in '{at}' is not supported: the only "
+                    f"custom tool is {', '.join(sorted(CUSTOM_TOOLS))}.",
+                    param=f"{at}.name",
+                    code="unsupported_tool",
+                )
+            continue
+        if tool.parameters is not None:
+            check_schema(tool.parameters, f"{at}.parameters", strict=tool.strict, root_object=True)
+            total += schema_size(tool.parameters)
+    if total > MAX_TOTAL_SCHEMA_BYTES:
+        raise InvalidRequestError(
+            f"The tool parameter schemas in '{param}' add up to more than "
+            f"{MAX_TOTAL_SCHEMA_BYTES} bytes.",
+            param=param,
+            code="invalid_schema",
+        )
 
 
 def check_web_search(tools: list[ToolSpec], param: str) -> None:
@@ -116,10 +148,26 @@ def check_tool_choice(choice: ToolChoice, tools: list[ToolSpec], param: str) -> 
 
 
 def check_output_format(fmt: OutputFormat, param: str) -> None:
-    if fmt.kind == "json_schema":
-        schema = fmt.schema
-        if not isinstance(schema, dict):
-            raise InvalidRequestError(f"'{param}' needs a 'schema' object.", param=param)
+    """``param`` names the object holding ``name``/``schema``/``strict`` (for example
+    ``response_format.json_schema`` in chat, ``text.format`` in Responses)."""
+    if fmt.kind != "json_schema":
+        return
+    if not fmt.name:
+        raise InvalidRequestError(
+            f"Missing required parameter: '{param}.name'.", param=f"{param}.name"
+        )
+    if not SCHEMA_NAME.match(fmt.name):
+        raise InvalidRequestError(
+            f"Invalid '{param}.name': use 1-64 letters, digits, '_' or '-'.", param=f"{param}.name"
+        )
+    if not isinstance(fmt.strict, bool):
+        raise InvalidRequestError(f"'{param}.strict' must be a boolean.", param=f"{param}.strict")
+    if not isinstance(fmt.schema, dict):
+        raise InvalidRequestError(
+            f"Missing required parameter: '{param}.schema' (a JSON Schema object).",
+            param=f"{param}.schema",
+        )
+    check_schema(fmt.schema, f"{param}.schema", strict=fmt.strict)
 
 
 def new_id(prefix: str) -> str:

@@ -254,7 +254,7 @@ def build_responses_request(
     _check_include(body)
     fmt, fmt_echo = _output_format(body)
     rules.check_structured_output(spec, fmt.kind, param="text.format")
-    check_output_format(fmt, "text.format.schema")
+    check_output_format(fmt, "text.format")
     tools = _tools(body)
     choice, visible, choice_echo = _tool_choice(body, tools.specs)
     check_tool_choice(choice, visible, "tool_choice")

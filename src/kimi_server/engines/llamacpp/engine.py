@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
+from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.phases import PhaseContext, Tally, prompted_generation
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
@@ -54,7 +56,9 @@ class EmbeddedEngine:
         self.template = ChatTemplate(
             info.chat_template, bos_token=info.bos_token, eos_token=info.eos_token
         )
+        self.syntax = syntax_for_template(self.template.source)
         self._runner: CompletionRunner | None = None
+        self._checker: GrammarChecker | None = None
         self._server: Any = None
         self._scrubs: set[asyncio.Task[None]] = set()
         self.cache = PromptCacheLedger(
@@ -75,6 +79,12 @@ class EmbeddedEngine:
     def slots(self) -> int:
         return max(self.config.n_parallel, self.config.cache_entries)
 
+    @property
+    def utility_slot(self) -> int:
+        """One extra slot, never a cache entry, for the server's own short calls (grammar
+        probes, the tool decision step): they must not evict or read any tenant's KV."""
+        return self.slots
+
     def cache_stats(self, key_id: str) -> CacheStats:
         return self.cache.stats(key_id)
 
@@ -93,6 +103,7 @@ class EmbeddedEngine:
         if self._runner is None:
             self._server = await asyncio.to_thread(self._load)
             self._runner = CompletionRunner(self._server, max_workers=4 * self.slots, pinned=True)
+            self._checker = GrammarChecker(self._runner, slot=self.utility_slot)
 
     def _load(self) -> Any:
         import xllamacpp  # imported late: loading it costs time and tests may not need it
@@ -102,7 +113,7 @@ class EmbeddedEngine:
         params.model.path = str(cfg.model_path)
         params.n_ctx = cfg.n_ctx
         # One slot per cached sequence; the ledger keeps at most n_parallel of them generating.
-        params.n_parallel = self.slots
+        params.n_parallel = self.slots + 1  # + the utility slot
         params.kv_unified = True  # slots share one context instead of n_ctx / n_parallel each
         # Every request names its slot (the ledger's choice), which bypasses llama.cpp's own
         # slot choice and its host-RAM prompt cache: that cache would hand one tenant's saved
@@ -131,14 +142,17 @@ class EmbeddedEngine:
             task.cancel()
         if self._runner is not None:
             self._runner.shutdown()
-        self._runner, self._server = None, None
+        self._runner, self._server, self._checker = None, None, None
 
     def _sampling(self) -> dict[str, Any]:
         return {"temperature": self.config.temperature, "top_p": self.config.top_p}
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
-        if self._runner is None:
+        if self._runner is None or self._checker is None:
             raise EngineUnavailableError("The engine is not running.")
+        plan = plan_answer(request, self.syntax)
+        # Before the first event: a schema the grammar compiler rejects is still a plain 400.
+        await self._checker.check(plan, request)
         prompt = self.template.render(
             request.messages,
             tools=request.tools,
@@ -161,10 +175,10 @@ class EmbeddedEngine:
 
         ctx = PhaseContext(
             self._runner, request, self.fmt, self._sampling(),
-            slot=lease.holder, reuse=lease.reuse, settle=settle,
+            slot=lease.holder, reuse=lease.reuse, settle=settle, utility_slot=self.utility_slot,
         )
         try:
-            async for event in prompted_generation(ctx, prompt, answer_constraints(request)):
+            async for event in prompted_generation(ctx, prompt, plan):
                 yield event
         finally:
             if not settled:
@@ -196,12 +210,3 @@ class EmbeddedEngine:
         finally:
             self.cache.scrubbed(holder)
 
-
-def answer_constraints(request: GenerationRequest) -> dict[str, Any]:
-    """Extra completion fields that constrain the answer phase (not the reasoning)."""
-    fmt = request.output_format
-    if fmt.kind == "json_object":
-        return {"json_schema": {"type": "object"}}
-    if fmt.kind == "json_schema" and fmt.schema is not None:
-        return {"json_schema": fmt.schema}
-    return {}

@@ -8,11 +8,15 @@ requests is the prompt cache's decision (``PhaseContext.reuse``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimi_server.engines.llamacpp.answer import AnswerPlan
+from kimi_server.engines.llamacpp.decide import model_wants_call, reasoning_writes_call
 from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
+from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
 from kimi_server.errors import InvalidRequestError
 from kimi_server.parsers.reasoning import ReasoningFormat
 from kimi_server.serving.types import (
@@ -73,6 +77,7 @@ class PhaseContext:
     reuse: bool = True  # may the first call reuse KV that earlier requests left in the slot
     # Records the slot's content in the prompt cache; returns whether the prompt stayed cached.
     settle: Callable[[Tally], bool] | None = None
+    utility_slot: int | None = None  # for side calls that must not touch the request's slot
     tally: Tally = field(default_factory=Tally)
     context_full: bool = False  # the engine's context ran out: nothing more can be generated
 
@@ -168,22 +173,35 @@ async def reason(ctx: PhaseContext, opened: str) -> AsyncIterator[ReasoningDelta
 
 
 async def answer(
-    ctx: PhaseContext, prompt: str, extra: dict[str, Any]
-) -> AsyncIterator[ContentDelta | CompletionResult]:
+    ctx: PhaseContext, prompt: str, extra: dict[str, Any], *, stops: bool = True
+) -> AsyncIterator[str | CompletionResult]:
     remaining = ctx.request.max_output_tokens - ctx.tally.completion
     body = ctx.body(prompt, remaining, **extra)
-    if ctx.request.stop:
+    if ctx.request.stop and stops:
         body["stop"] = list(ctx.request.stop)
-    trim = LeadingTrim()
     async for item in _call(ctx, body, reasoning=False):
-        if isinstance(item, CompletionResult):
-            yield item
-        elif text := trim(item):
-            yield ContentDelta(text)
+        yield item
 
 
 async def prompted_generation(
-    ctx: PhaseContext, prompt: str, answer_extra: dict[str, Any]
+    ctx: PhaseContext, prompt: str, plan: AnswerPlan
+) -> AsyncIterator[EngineEvent]:
+    # Under tool_choice auto the decision step runs alongside the reasoning (see decide.py).
+    decision: asyncio.Task[bool] | None = None
+    if plan.decide == "model":
+        decision = asyncio.create_task(
+            model_wants_call(ctx.runner, ctx.request, plan.tools, slot=ctx.utility_slot)
+        )
+    try:
+        async for event in _generate(ctx, prompt, plan, decision):
+            yield event
+    finally:
+        if decision is not None and not decision.done():
+            decision.cancel()
+
+
+async def _generate(
+    ctx: PhaseContext, prompt: str, plan: AnswerPlan, decision: asyncio.Task[bool] | None
 ) -> AsyncIterator[EngineEvent]:
     reasoning = ""
     opened = open_thinking(prompt, ctx.fmt)
@@ -196,12 +214,29 @@ async def prompted_generation(
         yield ctx.finish("length")
         return
     full = opened + reasoning.rstrip() + ctx.fmt.closer
-    finish = "stop"
-    async for event in answer(ctx, full, answer_extra):
-        if isinstance(event, CompletionResult):
-            finish = "length" if event.finish_reason == "length" else "stop"
+    mode = plan.decide
+    if decision is not None:
+        wants = await decision or reasoning_writes_call(reasoning, plan.tools, plan.syntax)
+        mode = "calls" if wants else "text"
+    grammar = plan.calls if mode == "calls" else plan.text
+    extra = {"grammar": grammar.text()} if grammar is not None else {}
+    parser = CallStreamParser(plan.syntax) if mode == "calls" else None
+    trim = LeadingTrim()
+    truncated = False
+    # Stop sequences would cut JSON or a call short of parsing; they only apply to text.
+    stops = grammar is None or grammar.free_text
+    async for piece in answer(ctx, full, extra, stops=stops):
+        if isinstance(piece, CompletionResult):
+            truncated = piece.finish_reason == "length"
+        elif parser is None:
+            if text := trim(piece):
+                yield ContentDelta(text)
         else:
-            yield event
-    if ctx.context_full:
-        finish = "length"
-    yield ctx.finish("length" if finish == "length" else "stop")
+            for delta in parser.feed(piece):
+                yield delta
+    reason_: FinishReason = "stop"
+    if truncated or ctx.context_full:
+        reason_ = "length"
+    elif parser is not None and parser.count:
+        reason_ = "tool_calls"
+    yield ctx.finish(reason_)

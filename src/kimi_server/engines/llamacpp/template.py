@@ -50,8 +50,20 @@ def _tool_text(tools: Sequence[ToolSpec]) -> str:
     return "\n".join(lines)
 
 
+# Told to the model with a custom (freeform) tool: its call is the patch text itself.
+PATCH_HINT = (
+    "Call it by writing the patch itself, not JSON: '*** Begin Patch', then per file "
+    "'*** Add File: PATH' with '+' lines, '*** Delete File: PATH', or '*** Update File: PATH' "
+    "with '@@' hunks of ' ', '-' and '+' lines, then '*** End Patch'."
+)
+
+
 def _tool_dict(tool: ToolSpec) -> dict[str, Any]:
     fn: dict[str, Any] = {"name": tool.name}
+    if tool.kind == "custom":
+        fn["description"] = " ".join(filter(None, (tool.description, PATCH_HINT)))
+        fn["parameters"] = {"type": "object", "properties": {}}
+        return {"type": "function", "function": fn}
     if tool.description:
         fn["description"] = tool.description
     fn["parameters"] = tool.parameters or {"type": "object", "properties": {}}
@@ -88,7 +100,7 @@ class ChatTemplate:
             "bos_token": self._bos,
             "eos_token": self._eos,
         }
-        fn_tools = [t for t in tools if t.kind == "function"]
+        fn_tools = [t for t in tools if t.kind in ("function", "custom")]
         if fn_tools and self.native_tools:
             context["tools"] = [_tool_dict(t) for t in fn_tools]
         elif fn_tools:
@@ -126,14 +138,19 @@ class ChatTemplate:
                     }
                     for c in message.tool_calls
                 ]
+                # Rendered as the engine generated them (see grammar.CallSyntax), so the
+                # next turn's prompt repeats this turn's tokens and its prompt cache holds.
                 if self.native_tools:
                     out["tool_calls"] = calls
+                    if not message.text and content.endswith("\n"):
+                        content = content[:-1]  # the template puts its own newline back
                 else:
                     rendered = "\n".join(
                         _tojson({"name": c.name, "arguments": _arguments_value(c.arguments)})
                         for c in message.tool_calls
                     )
-                    content = f"{content}\n{rendered}" if content else rendered
+                    glue = "" if not content or content.endswith("\n") else "\n"
+                    content = f"{content}{glue}{rendered}"
             out["content"] = content
         if message.role == "tool":
             out["tool_call_id"] = message.tool_call_id
