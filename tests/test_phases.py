@@ -6,8 +6,11 @@ import asyncio
 import threading
 from typing import Any
 
+from kimi_server.engines.llamacpp.answer import plan_answer
+from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.phases import PhaseContext, prompted_generation
 from kimi_server.engines.llamacpp.runner import CompletionRunner
+from kimi_server.engines.llamacpp.template import CHATML
 from kimi_server.parsers.reasoning import get_reasoning_format
 from kimi_server.serving.types import (
     CachePolicy,
@@ -66,7 +69,8 @@ def run(llama: FakeLlama, req: GenerationRequest) -> list[EngineEvent]:
     async def main() -> list[EngineEvent]:
         runner = CompletionRunner(llama)
         ctx = PhaseContext(runner, req, get_reasoning_format("prompted"), {})
-        return [e async for e in prompted_generation(ctx, "PROMPT", {})]
+        plan = plan_answer(req, syntax_for_template(CHATML))
+        return [e async for e in prompted_generation(ctx, "PROMPT", plan)]
 
     return asyncio.run(main())
 
@@ -121,7 +125,7 @@ def test_closing_the_stream_stops_llama() -> None:
         runner = CompletionRunner(llama)
         req = request(floor=0, cap=10_000_000, max_out=10_000_000)
         ctx = PhaseContext(runner, req, get_reasoning_format("prompted"), {})
-        events = prompted_generation(ctx, "PROMPT", {})
+        events = prompted_generation(ctx, "PROMPT", plan_answer(req, syntax_for_template(CHATML)))
         async for _ in events:
             break
         await events.aclose()
