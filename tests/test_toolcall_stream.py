@@ -178,3 +178,17 @@ def test_time_formats_become_bounded_patterns() -> None:
     body = text.text()
     assert '"format":"time"' not in body and '"format":"date-time"' not in body
     assert '"format":"date"' in body and "[0-9]{1,6}" in body
+
+
+def test_numbers_get_an_end() -> None:
+    schema = {"type": "object", "properties": {
+        "x": {"type": "number", "minimum": 0}, "n": {"type": ["integer", "null"]},
+        "e": {"enum": [{"type": "number"}]}}}
+    text = plan_answer(
+        request(output_format=OutputFormat("json_schema", schema, "a")), BARE_SYNTAX
+    ).text
+    assert text is not None
+    body = text.text()
+    assert '"x":{"type":"number","minimum":0,"multipleOf":0.0001,"exclusiveMaximum"' in body
+    assert '"n":{"type":["integer","null"],"exclusiveMinimum":' in body
+    assert '"enum":[{"type":"number"}]' in body  # literal values stay as they are

@@ -53,33 +53,45 @@ def _lit(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-# LLGuidance's own "time" and "date-time" admit endless fractional seconds, and a small model
-# will keep writing digits until the token budget ends mid-string. These patterns accept a
-# subset of the same formats (at most 6 fractional digits; days up to 28 so every date exists),
-# so every answer still validates and always ends.
+# Where the compiler admits text without end, a small model keeps writing digits until the token
+# budget runs out mid-value. So the grammar gets a subset of what the schema allows, and every
+# answer still validates and always ends:
+# - "time" / "date-time": at most 6 fractional-second digits; days 01-28 so every date exists;
+# - numbers: at most 4 decimals; numbers and integers without bounds: |x| < 10^15.
 _TIME = (
     r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
     r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
 )
 _DATE = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
 _BOUNDED_FORMATS = {"time": f"^{_TIME}$", "date-time": f"^{_DATE}T{_TIME}$"}
+_MAGNITUDE = 10**15
+_LITERAL_KEYS = frozenset({"enum", "const", "default", "examples"})  # values, not schemas
 
 
-def _bound_formats(node: Any) -> Any:
+def _bounded(node: Any) -> Any:
     if isinstance(node, list):
-        return [_bound_formats(item) for item in node]
+        return [_bounded(item) for item in node]
     if not isinstance(node, dict):
         return node
-    out = {key: _bound_formats(value) for key, value in node.items()}
+    out = {k: v if k in _LITERAL_KEYS else _bounded(v) for k, v in node.items()}
     fmt = node.get("format")
     if isinstance(fmt, str) and fmt in _BOUNDED_FORMATS and "pattern" not in node:
         del out["format"]
         out["pattern"] = _BOUNDED_FORMATS[fmt]
+    kinds = node.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "number" in kinds or "integer" in kinds:
+        if "number" in kinds and "multipleOf" not in node:
+            out["multipleOf"] = 0.0001
+        if "minimum" not in node and "exclusiveMinimum" not in node:
+            out["exclusiveMinimum"] = -_MAGNITUDE
+        if "maximum" not in node and "exclusiveMaximum" not in node:
+            out["exclusiveMaximum"] = _MAGNITUDE
     return out
 
 
 def json_block(schema: dict[str, Any], *, strict: bool) -> str:
-    schema = _bound_formats(schema)
+    schema = _bounded(schema)
     options: dict[str, Any] = dict(_LAYOUT)
     if not strict:
         # Non-strict schemas may carry keywords the grammar cannot enforce: ignore them, and
