@@ -1,16 +1,14 @@
 """``tool_choice: "auto"`` with the default model (qwen2.5-coder-0.5b): a greeting gets text, a
 request the tool obviously serves gets a call.
 
-The default model decodes at roughly 20 tokens/s on two cores, so these tests run only when
-asked for: ``KIMI_DEFAULT_MODEL_TESTS=1 pytest tests/test_tools_default_model.py``.
+The default model decodes at roughly 20 tokens/s on two cores; the questions are short and the
+effort low, so the four requests stay within a minute or two. ``scripts/test`` pulls the model.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -18,13 +16,7 @@ import pytest
 
 from tests.conftest import LiveServer, start_server, stop_server
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        os.environ.get("KIMI_DEFAULT_MODEL_TESTS") != "1",
-        reason="slow: set KIMI_DEFAULT_MODEL_TESTS=1 to run with the default model",
-    ),
-]
+pytestmark = pytest.mark.e2e
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather for a city.", "strict": True,
@@ -34,9 +26,7 @@ WEATHER = {"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    models = Path.home() / ".cache/kimi-server/models"
-    if not (models / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").exists():
-        pytest.skip("the default model is not pulled")
+    # The server pulls the model itself if it is missing (auto_pull).
     proc, server = start_server(tmp_path_factory.mktemp("qwen"), "--model", "qwen2.5-coder-0.5b")
     try:
         yield server
