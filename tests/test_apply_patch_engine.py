@@ -46,8 +46,8 @@ def test_the_patch_format_regex_reads_the_documented_examples() -> None:
     assert not PATCH.fullmatch("*** Begin Patch\n*** Update File: a.py\n*** End Patch")
 
 
-@pytest.mark.skipif(not MODEL.exists(), reason="the test model is not pulled")
 def test_apply_patch_call_is_a_patch_in_the_documented_format() -> None:
+    assert MODEL.exists(), "run `kimi-server models pull smollm2-135m` (scripts/test does)"
     request = GenerationRequest(
         model="kimi-k3.1-pro",
         messages=(Message("user", "Create a file hello.txt that says Hello, world."),),

@@ -30,8 +30,7 @@ HISTORY = [
 
 
 def template(path: Path) -> ChatTemplate:
-    if not path.exists():
-        pytest.skip(f"{path.name} is not pulled")
+    assert path.exists(), f"{path.name} is not pulled (scripts/test pulls it)"
     info = read_gguf_info(path)
     return ChatTemplate(info.chat_template, bos_token=info.bos_token, eos_token=info.eos_token)
 

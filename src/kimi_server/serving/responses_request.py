@@ -24,6 +24,7 @@ from kimi_server.protocol.responses import (
     parse_items,
 )
 from kimi_server.serving.common import (
+    CUSTOM_TOOLS,
     budget_for,
     cache_policy,
     check_output_format,
@@ -104,7 +105,8 @@ def _function(tool: FunctionTool, namespace: str | None) -> tuple[ToolSpec, dict
 
 
 def _custom(tool: CustomTool, where: str) -> tuple[ToolSpec, dict[str, Any]]:
-    if tool.name != "apply_patch":
+    # Checked here too (check_tools repeats it) so the message can say what to use instead.
+    if tool.name not in CUSTOM_TOOLS:
         raise InvalidRequestError(
             f"Custom tools are supported only under the name 'apply_patch'; '{where}.name' is "
             f"{tool.name!r}. Declare other tools as function tools.",
