@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_server.engines.llamacpp.grammar import BARE_SYNTAX, calls_grammar, schema_grammar
-from kimi_server.serving.types import ToolSpec
+from kimi_server.engines.types import ToolSpec
 
 DEFAULT_MODEL = Path.home() / ".cache/kimi-server/models/smollm2-135m-instruct-q4_1.gguf"
 PROMPT = "<|im_start|>user\nList some short words.<|im_end|>\n<|im_start|>assistant\n"

@@ -13,9 +13,7 @@ from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
 from kimi_server.engines.llamacpp.grammar import PROBE_LITERAL, QWEN_SYNTAX
 from kimi_server.engines.llamacpp.phases import PhaseContext, prompted_generation
 from kimi_server.engines.llamacpp.runner import CompletionResult
-from kimi_server.errors import InvalidRequestError
-from kimi_server.parsers.reasoning import get_reasoning_format
-from kimi_server.serving.types import (
+from kimi_server.engines.types import (
     ContentDelta,
     EngineEvent,
     Finish,
@@ -26,6 +24,8 @@ from kimi_server.serving.types import (
     ToolChoice,
     ToolSpec,
 )
+from kimi_server.errors import InvalidRequestError
+from kimi_server.parsers.reasoning import get_reasoning_format
 
 Reply = Callable[[dict[str, Any]], str]
 

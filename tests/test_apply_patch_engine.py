@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
-from kimi_server.serving.types import (
+from kimi_server.engines.types import (
     Finish,
     GenerationRequest,
     Message,

@@ -9,8 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kimi_server.engines.scripted import Script, ScriptedEngine
+from kimi_server.engines.types import GenerationRequest
 from kimi_server.errors import InvalidRequestError
-from kimi_server.serving.types import GenerationRequest
 
 URL = "/v1/chat/completions"
 

@@ -11,8 +11,7 @@ from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.phases import PhaseContext, prompted_generation
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import CHATML
-from kimi_server.parsers.reasoning import get_reasoning_format
-from kimi_server.serving.types import (
+from kimi_server.engines.types import (
     CachePolicy,
     ContentDelta,
     EngineEvent,
@@ -22,6 +21,7 @@ from kimi_server.serving.types import (
     ReasoningBudget,
     ReasoningDelta,
 )
+from kimi_server.parsers.reasoning import get_reasoning_format
 
 
 class FakeLlama:

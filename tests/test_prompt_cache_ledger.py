@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from kimi_server.serving.prompt_cache import (
+from kimi_server.engines.llamacpp.prompt_cache import (
     CacheLimits,
     Lease,
     PromptCacheLedger,

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kimi_server.engines.scripted import Script, ScriptedEngine
+from kimi_server.engines.types import ToolCallDelta
 from kimi_server.gate.auth import KeyRing
 from kimi_server.http.app import create_app
 from kimi_server.http.responses_router import responses_sse
@@ -21,7 +22,6 @@ from kimi_server.serving import responses
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.responses_request import build_responses_request
 from kimi_server.serving.sealing import Sealer, load_or_create_key
-from kimi_server.serving.types import ToolCallDelta
 from kimi_server.settings import Settings
 from tests.conftest import OTHER_KEY, TEST_KEY
 from tests.responses_util import body, parse_sse, weather_tool

@@ -19,7 +19,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from kimi_server.engines.scripted import Script, ScriptedEngine
-from kimi_server.serving.types import ToolCallDelta
+from kimi_server.engines.types import ToolCallDelta
 from tests.responses_util import body, parse_sse, weather_tool
 
 SPEC_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "spec"

@@ -10,7 +10,7 @@ from openai import OpenAI
 from pydantic import BaseModel
 
 from kimi_server.engines.scripted import Script, ScriptedEngine
-from kimi_server.serving.types import ToolCallDelta
+from kimi_server.engines.types import ToolCallDelta
 from tests.conftest import TEST_KEY
 from tests.responses_util import weather_tool
 

@@ -10,7 +10,7 @@ import pytest
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.template import ChatTemplate
-from kimi_server.serving.types import Message, ToolCallRecord, ToolSpec
+from kimi_server.engines.types import Message, ToolCallRecord, ToolSpec
 
 MODELS = Path.home() / ".cache/kimi-server/models"
 QWEN = MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"

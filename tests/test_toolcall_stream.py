@@ -25,7 +25,7 @@ from kimi_server.engines.llamacpp.grammar import (
     CallSyntax,
 )
 from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
-from kimi_server.serving.types import (
+from kimi_server.engines.types import (
     GenerationRequest,
     Message,
     OutputFormat,

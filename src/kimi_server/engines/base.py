@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from kimi_server.serving.types import EngineEvent, GenerationRequest
+from kimi_server.engines.types import EngineEvent, GenerationRequest
 
 
 class Engine(Protocol):

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from kimi_server.serving.types import (
+from kimi_server.engines.types import (
     ContentDelta,
     EngineEvent,
     Finish,

@@ -9,9 +9,9 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
+from kimi_server.engines.llamacpp.prompt_cache import CacheStats, CacheStatsSource
 from kimi_server.gate.auth import Principal
 from kimi_server.http.state import app_state, authenticated
-from kimi_server.serving.prompt_cache import CacheStats, CacheStatsSource
 
 router = APIRouter(tags=["Prompt cache"])
 

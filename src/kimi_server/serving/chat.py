@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_server.engines.base import Engine
-from kimi_server.serving.common import new_id, now
-from kimi_server.serving.types import (
+from kimi_server.engines.types import (
     ContentDelta,
     EngineEvent,
     Finish,
@@ -17,6 +16,7 @@ from kimi_server.serving.types import (
     ToolCallDelta,
     Usage,
 )
+from kimi_server.serving.common import new_id, now
 
 
 def usage_dict(usage: Usage) -> dict[str, Any]:

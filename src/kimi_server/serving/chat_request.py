@@ -5,6 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kimi_server.engines.types import (
+    GenerationRequest,
+    Message,
+    OutputFormat,
+    ToolCallRecord,
+    ToolChoice,
+    ToolSpec,
+)
 from kimi_server.errors import InvalidRequestError
 from kimi_server.policy import rules
 from kimi_server.protocol.chat import (
@@ -25,14 +33,6 @@ from kimi_server.serving.common import (
     check_tool_choice,
     check_tools,
     check_web_search,
-)
-from kimi_server.serving.types import (
-    GenerationRequest,
-    Message,
-    OutputFormat,
-    ToolCallRecord,
-    ToolChoice,
-    ToolSpec,
 )
 
 

@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_server.engines.base import Engine
+from kimi_server.engines.types import (
+    CachePolicy,
+    OutputFormat,
+    ReasoningBudget,
+    ToolChoice,
+    ToolSpec,
+)
 from kimi_server.errors import InvalidRequestError, NotFoundError
 from kimi_server.policy.catalogue import ModelSpec
 from kimi_server.policy.rules import CacheOptions
@@ -17,13 +24,6 @@ from kimi_server.serving.schema_check import (
     MAX_TOTAL_SCHEMA_BYTES,
     check_schema,
     schema_size,
-)
-from kimi_server.serving.types import (
-    CachePolicy,
-    OutputFormat,
-    ReasoningBudget,
-    ToolChoice,
-    ToolSpec,
 )
 
 TTL_SECONDS = {"5m": 300, "1h": 3600}

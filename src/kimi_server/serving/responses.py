@@ -13,19 +13,19 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_server.errors import APIError
-from kimi_server.serving.common import new_id, now
-from kimi_server.serving.responses_object import response_object, usage_dict
-from kimi_server.serving.responses_request import ResponsesPlan, WireName
-from kimi_server.serving.sealing import Sealer
-from kimi_server.serving.summary import Summarizer
-from kimi_server.serving.types import (
+from kimi_server.engines.types import (
     ContentDelta,
     EngineEvent,
     Finish,
     ReasoningDelta,
     ToolCallDelta,
 )
+from kimi_server.errors import APIError
+from kimi_server.serving.common import new_id, now
+from kimi_server.serving.responses_object import response_object, usage_dict
+from kimi_server.serving.responses_request import ResponsesPlan, WireName
+from kimi_server.serving.sealing import Sealer
+from kimi_server.serving.summary import Summarizer
 
 log = logging.getLogger(__name__)
 Event = dict[str, Any]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kimi_server.engines.types import Message, ToolCallRecord
 from kimi_server.errors import InvalidRequestError
 from kimi_server.protocol.responses import (
     CustomToolCallItem,
@@ -25,7 +26,6 @@ from kimi_server.protocol.responses import (
     Refusal,
     ToolOutput,
 )
-from kimi_server.serving.types import Message, ToolCallRecord
 
 ALLOWED_PARTS = {
     "user": ("input_text", "input_image"),

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kimi_server.engines.types import Usage
 from kimi_server.serving.responses_request import ResponsesPlan
-from kimi_server.serving.types import Usage
 
 
 def usage_dict(usage: Usage) -> dict[str, Any]:

@@ -10,6 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kimi_server.engines.types import (
+    GenerationRequest,
+    Message,
+    OutputFormat,
+    ToolChoice,
+    ToolSpec,
+)
 from kimi_server.errors import InvalidRequestError
 from kimi_server.policy import rules
 from kimi_server.protocol.responses import (
@@ -34,13 +41,6 @@ from kimi_server.serving.common import (
 )
 from kimi_server.serving.responses_input import convert_items
 from kimi_server.serving.sealing import Sealer
-from kimi_server.serving.types import (
-    GenerationRequest,
-    Message,
-    OutputFormat,
-    ToolChoice,
-    ToolSpec,
-)
 
 # A namespaced function reaches the model as "<namespace>__<name>" and returns to the client as
 # a function_call with "namespace" and "name" set apart again.

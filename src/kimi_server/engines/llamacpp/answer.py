@@ -23,8 +23,8 @@ from kimi_server.engines.llamacpp.grammar import (
     text_grammar,
 )
 from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
+from kimi_server.engines.types import GenerationRequest, ToolSpec
 from kimi_server.errors import InvalidRequestError
-from kimi_server.serving.types import GenerationRequest, ToolSpec
 
 # A safety net, not the bound itself: LLGuidance limits its own compile work, and the wait
 # includes queueing for a free slot on a busy server.

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from kimi_server.engines.llamacpp.grammar import CallSyntax
 from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
-from kimi_server.serving.types import GenerationRequest, ToolSpec
+from kimi_server.engines.types import GenerationRequest, ToolSpec
 
 _MAX_MESSAGE_CHARS = 1000
 _MAX_DESCRIPTION_CHARS = 120

@@ -14,12 +14,12 @@ from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.phases import PhaseContext, Tally, prompted_generation
+from kimi_server.engines.llamacpp.prompt_cache import CacheLimits, CacheStats, PromptCacheLedger
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
+from kimi_server.engines.types import EngineEvent, GenerationRequest
 from kimi_server.errors import EngineUnavailableError
 from kimi_server.parsers.reasoning import get_reasoning_format
-from kimi_server.serving.prompt_cache import CacheLimits, CacheStats, PromptCacheLedger
-from kimi_server.serving.types import EngineEvent, GenerationRequest
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_server.serving.types import ToolSpec
+from kimi_server.engines.types import ToolSpec
 
 MAX_PARALLEL_CALLS = 4
 PROBE_LITERAL = "QZXV"

@@ -17,9 +17,7 @@ from kimi_server.engines.llamacpp.answer import AnswerPlan
 from kimi_server.engines.llamacpp.decide import model_wants_call, reasoning_writes_call
 from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
 from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
-from kimi_server.errors import InvalidRequestError
-from kimi_server.parsers.reasoning import ReasoningFormat
-from kimi_server.serving.types import (
+from kimi_server.engines.types import (
     ContentDelta,
     EngineEvent,
     Finish,
@@ -28,6 +26,8 @@ from kimi_server.serving.types import (
     ReasoningDelta,
     Usage,
 )
+from kimi_server.errors import InvalidRequestError
+from kimi_server.parsers.reasoning import ReasoningFormat
 
 
 @dataclass

@@ -39,7 +39,7 @@ class CompletionRunner:
     ) -> None:
         self._server = server
         # pinned: every call must name its slot. Left to choose, llama.cpp could pick a slot
-        # holding another API key's prompt and reuse it (see serving/prompt_cache.py).
+        # holding another API key's prompt and reuse it (see engines/llamacpp/prompt_cache.py).
         self._pinned = pinned
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="llama")
         self._pending: set[asyncio.Future[None]] = set()

@@ -14,8 +14,8 @@ from typing import Any
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from kimi_server.engines.types import Message, ToolSpec
 from kimi_server.errors import InvalidRequestError
-from kimi_server.serving.types import Message, ToolSpec
 
 # Used when a GGUF carries no template: plain ChatML, which most small instruct models follow.
 CHATML = (

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from kimi_server.engines.llamacpp.grammar import CallSyntax
-from kimi_server.serving.types import ToolCallDelta
+from kimi_server.engines.types import ToolCallDelta
 
 PATCH_BEGIN = "*** Begin Patch"
 PATCH_END = "*** End Patch"
