@@ -84,6 +84,17 @@ class Settings(BaseSettings):
     cache_groups: dict[str, list[str]] = Field(default_factory=dict)
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # Overload (issue 12): a bounded, fair queue in front of each engine, bounded work per
+    # request before the engine, and HTTP timeouts. See docs/configuration.md.
+    queue_max: int = Field(default=64, ge=0)  # requests waiting for a slot, all keys together
+    queue_max_per_key: int = Field(default=32, ge=0)  # waiting requests of one key (429 past it)
+    queue_max_wait: float = Field(default=30.0, gt=0)  # seconds a request may wait, then 503
+    max_messages: int | None = Field(default=None, ge=1)  # None: ctx_size // 4
+    max_content_parts: int | None = Field(default=None, ge=1)  # None: ctx_size
+    max_prompt_chars: int | None = Field(default=None, ge=1)  # None: 8 x ctx_size
+    max_json_depth: int = Field(default=64, ge=8, le=512)  # nesting of any request body
+    http_header_timeout: float = Field(default=10.0, gt=0)  # a request head must arrive within
+    http_keep_alive_timeout: int = Field(default=5, ge=1)  # idle keep-alive connections close
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     engine_verbose: bool = False
 

@@ -12,6 +12,7 @@ from kimi_server.gate.auth import KeyRing
 from kimi_server.http import cache_router, chat_router, docs_router, models_router, responses_router
 from kimi_server.http.errors import install_error_handlers
 from kimi_server.http.limits import BodySizeLimit
+from kimi_server.http.overload import AdmissionSet, OverloadGuard
 from kimi_server.http.state import AppState
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.sealing import Sealer, load_or_create_key
@@ -47,5 +48,8 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     app.include_router(models_router.router)
     app.include_router(docs_router.router)
     app.include_router(cache_router.router)
+    # Overload (issue 12): fair admission per engine; the guard checks the key before the body.
+    app.state.kimi_admission = AdmissionSet(engines.unique(), settings)
+    app.add_middleware(OverloadGuard, keys=keys, settings=settings)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     return app

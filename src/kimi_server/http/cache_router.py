@@ -1,6 +1,7 @@
-"""``GET /v1/cache/stats``: prompt-cache counters for the caller's namespace and the server.
+"""``GET /v1/cache/stats``: prompt-cache counters for the caller's namespace.
 
-Only aggregate server figures are shown next to the caller's own: never another key's.
+Only the caller's own figures are shown: server-wide totals would let one key watch another's
+traffic arrive (they are in ``http/overload.py:server_totals``, for operators).
 """
 
 from __future__ import annotations
@@ -29,5 +30,8 @@ async def cache_stats(request: Request, principal: Principal = Depends(authentic
         else:
             total.merge(stats)
     if total is None:
-        return {"object": "prompt_cache.stats", "namespace": None, "server": None}
-    return total.as_dict()
+        return {"object": "prompt_cache.stats", "namespace": None, "max_tokens": None}
+    # Overload (issue 12): the caller's own namespace only; server totals are for operators.
+    body = total.as_dict()
+    body["max_tokens"] = body.pop("server")["max_tokens"]
+    return body

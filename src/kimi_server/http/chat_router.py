@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from kimi_server.gate.auth import Principal
+from kimi_server.http.overload import admit, until_disconnected
 from kimi_server.http.sse import chat_sse, prime
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.protocol.chat import ChatCompletionRequest
@@ -18,7 +19,7 @@ from kimi_server.serving.chat_request import build_chat_request
 router = APIRouter(tags=["Chat Completions"])
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 500)
+    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 500, 503)
 }
 
 
@@ -39,8 +40,9 @@ async def create_chat_completion(
         accepts_images=engine.accepts_images() if engine else False,
     )
     engine = state.engines.for_model(gen.model)
+    await admit(request, principal, engine, gen, param="messages")  # Overload (issue 12)
     if not body.stream:
-        return JSONResponse(await chat.complete(engine, gen))
+        return JSONResponse(await until_disconnected(request, chat.complete(engine, gen)))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     events = await prime(engine.generate(gen))
     chunks = chat.stream_chunks(events, gen.model, include_usage=include_usage)

@@ -16,7 +16,18 @@ log = logging.getLogger(__name__)
 
 
 def error_response(error: APIError) -> JSONResponse:
-    return JSONResponse(error.to_body(), status_code=error.status_code)
+    return JSONResponse(error.to_body(), status_code=error.status_code, headers=error_headers(error))
+
+
+# Overload (issue 12): headers that go with an error: when to retry, and how to authenticate.
+def error_headers(error: APIError) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    retry_after = getattr(error, "retry_after", None)
+    if isinstance(retry_after, int):
+        headers["Retry-After"] = str(retry_after)
+    if error.status_code == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="kimi-server"'
+    return headers
 
 
 def _path(loc: tuple[Any, ...], body: Any) -> str:

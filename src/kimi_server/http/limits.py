@@ -35,13 +35,27 @@ class BodySizeLimit:
                     raise _TooLarge
             return message
 
+        started = False
+
+        async def guarded_send(message: Message) -> None:
+            # Once the body is over the limit, whatever the app answers (a parse error, say)
+            # is dropped: the answer is the 413 below.
+            nonlocal started
+            if refused:
+                return
+            started = True
+            await send(message)
+
         try:
-            await self.app(scope, counting_receive, send)
+            await self.app(scope, counting_receive, guarded_send)
         except _TooLarge:
-            await self._refuse(send)
+            if not started:
+                await self._refuse(send)
+            return
         except Exception:
             if not refused:
                 raise
+        if refused and not started:
             await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
@@ -53,7 +67,11 @@ class BodySizeLimit:
             {
                 "type": "http.response.start",
                 "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),  # the rest of the body is never read
+                ],
             }
         )
         await send({"type": "http.response.body", "body": body})

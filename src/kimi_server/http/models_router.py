@@ -7,6 +7,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from kimi_server.errors import NotFoundError
+from kimi_server.gate.auth import Principal
+from kimi_server.http.overload import tenant_engine_stats
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.policy.catalogue import CATALOGUE, ModelSpec
 
@@ -32,13 +34,15 @@ async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
     raise NotFoundError(f"The model '{model_id}' does not exist.", param="model")
 
 
-@router.get("/v1/engine/stats", tags=["Operations"], dependencies=[Depends(authenticated)])
-async def engine_stats(request: Request) -> dict[str, Any]:
-    """Per-engine counters: generation calls in flight and calls cancelled by a client leaving."""
-    engines = app_state(request).engines
-    return {"object": "list", "data": [{"engine": e.name, **e.stats()} for e in engines.unique()]}
+@router.get("/v1/engine/stats", tags=["Operations"])
+async def engine_stats(request: Request, principal: Principal = Depends(authenticated)) -> dict[str, Any]:
+    """Per engine, the caller's own counters: its generation calls in flight, calls cancelled by
+    its client leaving, and its requests admitted, waiting and refused (server-wide totals are
+    for operators: ``http/overload.py:server_totals``)."""
+    return {"object": "list", "data": tenant_engine_stats(request.app, principal.key_id)}
 
 
+@router.head("/health", include_in_schema=False)  # Overload (issue 12): probes that send HEAD
 @router.get("/health", tags=["Health"])
 async def health() -> dict[str, str]:
     """Liveness; the only route that needs no key."""

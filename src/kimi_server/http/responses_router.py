@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from kimi_server.gate.auth import Principal
+from kimi_server.http.overload import admit, until_disconnected
 from kimi_server.http.sse import event_frame, prime
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.protocol.common import ErrorBody
@@ -19,7 +20,7 @@ from kimi_server.serving.responses_request import build_responses_request
 router = APIRouter(tags=["Responses"])
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 500)
+    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 500, 503)
 }
 
 
@@ -48,10 +49,16 @@ async def create_response(
         sealer=state.sealer,
     )
     engine = state.engines.for_model(plan.gen.model)
+    await admit(request, principal, engine, plan.gen, param="input")  # Overload (issue 12)
+    if not body.stream:
+
+        async def answer() -> dict[str, Any]:
+            events = await prime(engine.generate(plan.gen))
+            return await responses.complete(plan, state.sealer, events)
+
+        return JSONResponse(await until_disconnected(request, answer()))
     # The first engine event is pulled before anything is sent, so early failures are HTTP errors.
     events = await prime(engine.generate(plan.gen))
-    if not body.stream:
-        return JSONResponse(await responses.complete(plan, state.sealer, events))
     return StreamingResponse(
         responses_sse(responses.stream(plan, state.sealer, events)),
         media_type="text/event-stream",

@@ -17,6 +17,8 @@ import json
 import re
 from typing import Any
 
+import regex
+
 from kimi_server.errors import InvalidRequestError
 
 MAX_SCHEMA_BYTES = 32 * 1024  # one schema, serialized
@@ -155,10 +157,15 @@ class _Walker:
                 raise _bad(where, f"'pattern' may be at most {MAX_PATTERN} characters.")
             if _UNSUPPORTED_REGEX.search(pattern):
                 raise _bad(where, "lookarounds and backreferences are not supported.")
+            # The grammar engine (LLGuidance) reads Rust-regex syntax, Unicode classes such as
+            # \p{L} included; the ``regex`` module reads those too, where Python's ``re`` does not.
+            # What it accepts and the grammar engine still refuses fails the grammar probe (400).
             try:
-                re.compile(pattern)
-            except re.error as exc:
+                regex.compile(pattern)
+            except regex.error as exc:
                 raise _bad(where, f"the regular expression does not compile: {exc}.") from None
+            except (RecursionError, OverflowError, ValueError):
+                raise _bad(where, "the regular expression does not compile.") from None
         if "format" in node and self.strict and node["format"] not in FORMATS:
             raise _bad(
                 f"{path}.format",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,7 +93,16 @@ class EmbeddedEngine:
     def accepts_images(self) -> bool:
         return False
 
+    def tenant_stats(self, key_id: str) -> dict[str, int]:
+        """One API key's own calls in flight and calls cancelled by its clients leaving."""
+        runner = self._runner
+        return {
+            "active_calls": runner.active_by[key_id] if runner else 0,
+            "cancelled_calls": runner.cancelled_by[key_id] if runner else 0,
+        }
+
     def stats(self) -> dict[str, int]:
+        """Server-wide totals, for operators (never shown to a tenant)."""
         runner = self._runner
         return {
             "active_calls": runner.active if runner else 0,
@@ -126,9 +137,13 @@ class EmbeddedEngine:
         params.ctx_shift = False  # never silently drop the start of a conversation
         params.warmup = False
         params.endpoint_metrics = False
-        # llama.cpp's server also opens an HTTP port of its own on loopback; lock it with a key
-        # nobody knows, since every request reaches it through this process instead.
+        # llama.cpp's server always opens an HTTP listener of its own, and xllamacpp has no
+        # switch to skip it. It gets a Unix socket in a private directory instead of a TCP port,
+        # and the socket's name is removed once the server is up: nothing can connect to it.
+        # The key nobody knows stays as a second lock. Every request goes through this process.
         params.api_keys = [os.urandom(24).hex()]
+        private = tempfile.mkdtemp(prefix="kimi-llama-")  # mode 0700
+        params.hostnames = [os.path.join(private, "llama.sock")]
         if not cfg.verbose:
             params.verbosity = -1
         try:
@@ -136,6 +151,8 @@ class EmbeddedEngine:
         except Exception as exc:
             log.error("failed to load %s: %s", cfg.model_path, exc)
             raise EngineUnavailableError("The model could not be loaded.") from None
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
 
     async def close(self) -> None:
         for task in list(self._scrubs):
@@ -153,7 +170,10 @@ class EmbeddedEngine:
         plan = plan_answer(request, self.syntax)
         # Before the first event: a schema the grammar compiler rejects is still a plain 400.
         await self._checker.check(plan, request)
-        prompt = self.template.render(
+        # Rendering runs in a worker thread so a large (size-checked) prompt never stalls the
+        # event loop that serves every other request.
+        prompt = await asyncio.to_thread(
+            self.template.render,
             request.messages,
             tools=request.tools,
             history_reasoning=(self.fmt.opener, self.fmt.closer),

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kimi_server.engines.owner import current_owner
 from kimi_server.errors import EngineUnavailableError, InvalidRequestError
 
 
@@ -45,6 +47,9 @@ class CompletionRunner:
         self._pending: set[asyncio.Future[None]] = set()
         self.active = 0  # calls in flight
         self.cancelled = 0  # calls stopped because their consumer went away first
+        # The same two per API key (engines/owner.py), so a tenant sees only its own.
+        self.active_by: Counter[str] = Counter()
+        self.cancelled_by: Counter[str] = Counter()
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -74,8 +79,10 @@ class CompletionRunner:
                 loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 
         future = loop.run_in_executor(self._pool, work)
+        owner = current_owner.get() or ""
         self.active += 1
-        future.add_done_callback(self._finished)
+        self.active_by[owner] += 1
+        future.add_done_callback(lambda _: self._finished(owner))
         text: list[str] = []
         final: dict[str, Any] | None = None
         ended = False
@@ -104,13 +111,17 @@ class CompletionRunner:
             # here needs to wait for that.
             if not ended:
                 self.cancelled += 1
+                self.cancelled_by[owner] += 1
             cancelled.set()
             self._pending.add(future)
             future.add_done_callback(self._pending.discard)
 
 
-    def _finished(self, _: object) -> None:
+    def _finished(self, owner: str) -> None:
         self.active -= 1
+        self.active_by[owner] -= 1
+        if self.active_by[owner] <= 0:
+            del self.active_by[owner]
 
 
 def _result(text: str, final: dict[str, Any]) -> CompletionResult:

@@ -1,0 +1,334 @@
+"""Overload and abuse at the HTTP edge (issue 12).
+
+- ``admit``: the one step a generating route takes before the engine: the prompt's size is
+  checked (a 400 at once for what cannot fit), then the request waits its turn in the engine's
+  fair queue (``gate/admission.py``). The ticket is released when the request's response is
+  done or abandoned, streaming included.
+- ``until_disconnected``: runs a non-streaming generation, and stops it when the client leaves.
+- ``OverloadGuard``: pure ASGI, before any route: the key is checked before the body is read,
+  the JSON body is checked for depth and lone surrogates, and tickets are always released.
+- ``tenant_engine_stats`` / ``server_totals``: what a key may see, and what only operators may.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kimi_server.engines.base import Engine
+from kimi_server.engines.owner import current_owner
+from kimi_server.engines.types import GenerationRequest
+from kimi_server.errors import APIError, AuthenticationError, InvalidRequestError
+from kimi_server.gate.admission import Admission, AdmissionLimits, Ticket
+from kimi_server.gate.auth import KeyRing, Principal
+from kimi_server.http.errors import error_headers
+from kimi_server.settings import Settings
+
+T = TypeVar("T")
+TICKETS = "kimi.tickets"  # scope key: the tickets a request holds, released by the guard
+PUBLIC_PATHS = frozenset({"/health"})
+DOCS_PATHS = frozenset({"/docs", "/openapi.json"})
+
+
+@dataclass(frozen=True)
+class PromptLimits:
+    max_messages: int
+    max_parts: int
+    max_chars: int
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> PromptLimits:
+        return cls(
+            max_messages=s.max_messages or max(1, s.ctx_size // 4),
+            max_parts=s.max_content_parts or s.ctx_size,
+            max_chars=s.max_prompt_chars or 8 * s.ctx_size,
+        )
+
+
+class AdmissionSet:
+    """One admission queue per engine (engines shared by several model ids share one)."""
+
+    def __init__(self, engines: Iterable[Engine], settings: Settings) -> None:
+        limits = AdmissionLimits(
+            slots=settings.parallel,
+            max_queue=settings.queue_max,
+            max_queue_per_key=settings.queue_max_per_key,
+            max_wait=settings.queue_max_wait,
+        )
+        self._by_engine = {id(e): (e, Admission(limits)) for e in engines}
+        self.prompt_limits = PromptLimits.from_settings(settings)
+
+    def for_engine(self, engine: Engine) -> Admission:
+        return self._by_engine[id(engine)][1]
+
+    def items(self) -> list[tuple[Engine, Admission]]:
+        return list(self._by_engine.values())
+
+
+def admission_set(app: FastAPI) -> AdmissionSet:
+    found: AdmissionSet = app.state.kimi_admission
+    return found
+
+
+# -- before the engine ------------------------------------------------------------------------
+
+
+def prompt_size(gen: GenerationRequest) -> tuple[int, int, int]:
+    """(messages, parts, characters) of a request, counted without tokenizing anything."""
+    parts = chars = 0
+    for m in gen.messages:
+        parts += 1 + len(m.images) + len(m.videos) + len(m.tool_calls)
+        chars += len(m.text) + len(m.reasoning or "")
+        chars += sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
+    for tool in gen.tools:
+        chars += len(tool.name) + len(tool.description or "")
+        if tool.parameters is not None:
+            chars += len(json.dumps(tool.parameters, ensure_ascii=False))
+    return len(gen.messages), parts, chars
+
+
+def check_prompt_size(gen: GenerationRequest, limits: PromptLimits, *, param: str) -> None:
+    """A 400 at once for a prompt that cannot fit the context window, whatever its tokens."""
+    messages, parts, chars = prompt_size(gen)
+    if messages > limits.max_messages:
+        raise InvalidRequestError(
+            f"'{param}' has {messages} messages; this server accepts at most "
+            f"{limits.max_messages} in one request.",
+            param=param,
+            code="too_many_messages",
+        )
+    if parts > limits.max_parts:
+        raise InvalidRequestError(
+            f"'{param}' has {parts} parts (messages, content parts and tool calls); this server "
+            f"accepts at most {limits.max_parts} in one request.",
+            param=param,
+            code="too_many_parts",
+        )
+    if chars > limits.max_chars:
+        raise InvalidRequestError(
+            f"'{param}' holds {chars} characters, more than this model's context window can "
+            f"take ({limits.max_chars} characters at most). Shorten the conversation.",
+            param=param,
+            code="context_length_exceeded",
+        )
+
+
+async def admit(
+    request: Request, principal: Principal, engine: Engine, gen: GenerationRequest, *, param: str
+) -> Ticket:
+    """Size check, then a fair turn at the engine. The guard releases the ticket at the end of
+    the request (response sent, stream ended or client gone); ``ticket.release()`` may do it
+    sooner."""
+    tickets: list[Ticket] | None = request.scope.get(TICKETS)
+    if tickets is None:
+        raise RuntimeError("OverloadGuard is not installed")
+    admissions = admission_set(request.app)
+    check_prompt_size(gen, admissions.prompt_limits, param=param)
+    current_owner.set(principal.key_id)  # per-tenant engine counters (engines/owner.py)
+    ticket = await admissions.for_engine(engine).admit(principal.key_id)
+    tickets.append(ticket)
+    return ticket
+
+
+async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Awaits ``work``; if the client disconnects first, cancels it (which stops the engine's
+    slot at its next token) and raises ``ClientGone``."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise ClientGone
+    finally:
+        watcher.cancel()
+        task.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    # The body was read before the route ran, so the next message is the disconnect.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class ClientGone(APIError):
+    """The client left before the answer was ready; nobody reads this response."""
+
+    status_code = 499
+    error_type = "invalid_request_error"
+    default_code = "client_closed_request"
+
+    def __init__(self) -> None:
+        super().__init__("The client closed the request.")
+
+
+# -- the edge ---------------------------------------------------------------------------------
+
+
+class OverloadGuard:
+    def __init__(self, app: ASGIApp, *, keys: KeyRing, settings: Settings) -> None:
+        self.app = app
+        self.keys = keys
+        self.public_docs = settings.public_docs
+        self.max_depth = settings.max_json_depth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        tickets: list[Ticket] = []
+        scope[TICKETS] = tickets
+        try:
+            await self._handle(scope, receive, send)
+        finally:
+            for ticket in tickets:
+                ticket.release()
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope.get("headers") or ())
+        path = scope.get("path", "")
+        has_body = headers.get(b"content-length", b"0") not in (b"0", b"") or b"transfer-encoding" in headers
+        if path not in PUBLIC_PATHS and not (self.public_docs and path in DOCS_PATHS):
+            raw = headers.get(b"authorization")
+            try:
+                self.keys.authenticate(raw.decode("latin-1") if raw is not None else None)
+            except AuthenticationError as exc:
+                # Checked before the body is read; an unread body ends the connection.
+                await _send_error(send, exc, close=has_body)
+                return
+        if scope.get("method") != "POST" or not has_body:
+            await self.app(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        problem = self._check_json(body)
+        if problem is not None:
+            await _send_error(send, problem, close=False)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    def _check_json(self, body: bytes) -> InvalidRequestError | None:
+        try:
+            data = json.loads(body)
+        except RecursionError:
+            return _too_deep(self.max_depth)
+        except ValueError:
+            return None  # not JSON: the route's own parsing answers with its 400
+        return json_problem(data, self.max_depth)
+
+
+def json_problem(data: Any, max_depth: int) -> InvalidRequestError | None:
+    """The first lone surrogate or too-deep nesting in a parsed JSON value; iterative, so any
+    depth is safe to inspect."""
+    stack: list[tuple[Any, int, str]] = [(data, 0, "")]
+    while stack:
+        node, depth, path = stack.pop()
+        if depth > max_depth:
+            return _too_deep(max_depth)
+        if isinstance(node, str):
+            if _has_lone_surrogate(node):
+                return InvalidRequestError(
+                    f"Invalid value for '{path or 'body'}': the string holds a lone UTF-16 "
+                    "surrogate (such as \\ud800), which is not valid Unicode text.",
+                    param=path or None,
+                    code="invalid_unicode",
+                )
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                where = f"{path}.{key}" if path else str(key)
+                if _has_lone_surrogate(key):
+                    return InvalidRequestError(
+                        f"A field name in '{path or 'body'}' holds a lone UTF-16 surrogate.",
+                        param=path or None,
+                        code="invalid_unicode",
+                    )
+                stack.append((value, depth + 1, where))
+        elif isinstance(node, list):
+            stack.extend((value, depth + 1, f"{path}[{i}]") for i, value in enumerate(node))
+    return None
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _too_deep(max_depth: int) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"The request body nests JSON more than {max_depth} levels deep.", code="json_too_deep"
+    )
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break  # the client left; the route sees an empty body and nobody reads the answer
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _send_error(send: Send, error: APIError, *, close: bool) -> None:
+    body = json.dumps(error.to_body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error_headers(error).items()]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+# -- figures ----------------------------------------------------------------------------------
+
+
+def tenant_engine_stats(app: FastAPI, key_id: str) -> list[dict[str, Any]]:
+    """Per engine, the caller's own figures only: its calls in flight and cancelled, its
+    requests admitted, waiting and refused. Nothing here moves with another key's traffic."""
+    rows = []
+    for engine, admission in admission_set(app).items():
+        own = getattr(engine, "tenant_stats", None)
+        calls = own(key_id) if callable(own) else {"active_calls": 0, "cancelled_calls": 0}
+        rows.append({"engine": engine.name, **calls, **admission.key_stats(key_id)})
+    return rows
+
+
+def server_totals(app: FastAPI) -> list[dict[str, Any]]:
+    """Server-wide figures per engine, for operators (``/metrics``), never for tenants: the
+    engine's own totals (calls in flight and cancelled, ``cache_*``) and the queue's
+    (``queue_*``: slots, admitted, waiting, refusals)."""
+    return [
+        {
+            "engine": engine.name,
+            **engine.stats(),
+            **{f"queue_{name}": value for name, value in admission.totals().items()},
+        }
+        for engine, admission in admission_set(app).items()
+    ]
