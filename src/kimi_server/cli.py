@@ -36,6 +36,7 @@ def serve(
     """Serve the Kimi API."""
     from kimi_server.bootstrap import build_engines, build_keys
     from kimi_server.http.app import create_app
+    from kimi_server.http.connections import uvicorn_options  # Overload (issue 12)
     from kimi_server.models.pull import ModelPullError
     from kimi_server.settings import load_settings
 
@@ -69,6 +70,7 @@ def serve(
         port=settings.port,
         log_level=settings.log_level,
         timeout_graceful_shutdown=5,
+        **uvicorn_options(settings),  # Overload (issue 12): idle and slow connections close
     )
 
 

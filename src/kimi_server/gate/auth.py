@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_server.errors import AuthenticationError
+from kimi_server.gate.keyfiles import ensure_private
 
 KEY_PREFIX = "sk-kimi-"
 
@@ -69,6 +70,7 @@ def development_key(data_dir: Path) -> str:
     """A key for local use, made on first start and kept (owner-only) so it survives restarts."""
     path = data_dir / "dev-api-key"
     if path.is_file():
+        ensure_private(path)  # Overload (issue 12): a key others can read is fixed or refused
         key = path.read_text(encoding="utf-8").strip()
         if key:
             return key

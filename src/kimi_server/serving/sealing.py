@@ -18,6 +18,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from kimi_server.errors import InvalidRequestError
+from kimi_server.gate.keyfiles import ensure_private
 
 VERSION = b"\x01"
 NONCE_BYTES = 12
@@ -80,6 +81,7 @@ def load_or_create_key(path: Path) -> bytes:
             pass  # another process made it first; use theirs
         finally:
             tmp.unlink()
+    ensure_private(path)  # Overload (issue 12): a key others can read is fixed or refused
     text = path.read_text(encoding="ascii").strip()
     try:
         key = base64.b64decode(text, validate=True)
