@@ -131,7 +131,8 @@ async def admit(
     admissions = admission_set(request.app)
     check_prompt_size(gen, admissions.prompt_limits, param=param)
     current_owner.set(principal.key_id)  # per-tenant engine counters (engines/owner.py)
-    ticket = await admissions.for_engine(engine).admit(principal.key_id)
+    # A client that leaves while waiting gives its place back (nothing else would notice).
+    ticket = await until_disconnected(request, admissions.for_engine(engine).admit(principal.key_id))
     tickets.append(ticket)
     return ticket
 
