@@ -261,7 +261,8 @@ def test_a_chunked_body_over_the_limit_gets_413_and_the_connection_closes(tmp_pa
         yield b'"}]}'
 
     with serving(tmp_path, ScriptedEngine()) as (url, _), httpx.Client(timeout=60) as c:
-        r = c.post(f"{url}/v1/chat/completions", content=chunks(), headers={**auth(A), "content-type": "application/json"})
+        h = {**auth(A), "content-type": "application/json"}
+        r = c.post(f"{url}/v1/chat/completions", content=chunks(), headers=h)
         assert r.status_code == 413
         assert r.json()["error"]["code"] == "request_too_large"
         assert r.headers["connection"] == "close"

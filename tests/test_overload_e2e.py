@@ -97,7 +97,7 @@ def test_lone_surrogates_deep_nesting_and_unicode_patterns_never_5xx(server: tup
     surrogate = '{"model": "%s", "max_completion_tokens": 8, "messages": [{"role": "user", "content": "a\\ud800b"}]}'
     r = post(live, "/chat/completions", surrogate % MODEL)
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content"
-    r = post(live, "/responses", '{"model": "%s", "max_output_tokens": 8, "input": "\\udfff"}' % MODEL)
+    r = post(live, "/responses", '{"model": "%s", "max_output_tokens": 8, "input": "\\udfff"}' % MODEL)  # noqa: UP031
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"
 
     deep: dict[str, Any] = {}
@@ -121,7 +121,8 @@ def test_lone_surrogates_deep_nesting_and_unicode_patterns_never_5xx(server: tup
     word = json.loads(r.json()["choices"][0]["message"]["content"])["word"]
     assert word.isalpha()
     bad = {**letters, "properties": {"word": {"type": "string", "pattern": "(unclosed"}}}
-    r = post(live, "/chat/completions", small(messages=hi, response_format={**fmt, "json_schema": {"name": "w", "schema": bad}}))
+    bad_fmt = {**fmt, "json_schema": {"name": "w", "schema": bad}}
+    r = post(live, "/chat/completions", small(messages=hi, response_format=bad_fmt))
     assert r.status_code == 400
     assert "Traceback" not in live.log.read_text(errors="replace")
 
@@ -153,7 +154,8 @@ def test_a_huge_prompt_is_refused_at_once_and_another_key_is_served(server: tupl
 def test_a_non_streaming_request_whose_client_leaves_frees_its_slot(server: tuple[int, LiveServer]) -> None:
     _, live = server
     before = stats(live, live.key)["cancelled_calls"]
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "Write a very long story."}], "max_completion_tokens": 100000}
+    story = [{"role": "user", "content": "Write a very long story."}]
+    body = {"model": MODEL, "messages": story, "max_completion_tokens": 100000}
     # The client gives up after a few seconds; the generation would run for minutes.
     with pytest.raises(httpx.ReadTimeout):
         post(live, "/chat/completions", body, timeout=3)
