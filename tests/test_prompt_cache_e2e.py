@@ -175,7 +175,7 @@ def test_stats_endpoint_needs_a_key_and_shows_only_the_callers_namespace(
     assert mine["namespace"]["hits"] >= 1
     assert mine["namespace"]["tokens_held"] > 0
     assert mine["namespace"]["bytes_held"] > 0
-    assert mine["server"]["requests"] >= mine["namespace"]["requests"]
+    assert "server" not in mine  # no server-wide totals: they move with other keys' traffic
     assert theirs["namespace"]["requests"] == before["namespace"]["requests"]
     assert theirs["namespace"]["id"] != mine["namespace"]["id"]
 
@@ -246,7 +246,7 @@ def test_entries_beyond_the_token_bound_are_evicted_lru_and_then_miss(
     ).json()
     assert stats["namespace"]["evictions"] >= 2
     assert stats["namespace"]["expirations"] == 0
-    assert 0 < stats["server"]["tokens_held"] <= BOUND == stats["server"]["max_tokens"]
+    assert 0 < stats["namespace"]["tokens_held"] <= BOUND == stats["max_tokens"]
     # The oldest was evicted before its TTL: honestly a miss, written again.
     oldest, _ = ask(bounded_server, prompts[0])
     assert (oldest["cached"], oldest["write"]) == (0, oldest["prompt"])
