@@ -345,3 +345,29 @@ def test_key_files_others_can_read_are_made_owner_only(tmp_path: Path, caplog: p
         pass
     assert stat.S_IMODE(sealing.stat().st_mode) == 0o600
     assert "other users could access it" in caplog.text
+
+
+# -- the log ----------------------------------------------------------------------------------
+
+
+def test_an_unexpected_failure_is_logged_without_its_message(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from kimi_server.engines.types import GenerationRequest
+
+    def fail(request: GenerationRequest) -> None:
+        raise RuntimeError(f"cannot handle {request.messages[-1].text!r}")  # quotes the client
+
+    engine = ScriptedEngine(on_generate=fail)
+    settings = Settings(api_keys=[A], data_dir=tmp_path / "data")
+    app = create_app(settings, EngineSet({spec.id: engine for spec in CATALOGUE}), KeyRing([A]))
+    secret = "client-secret-text-42"
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": secret}]}
+    with TestClient(app, headers=auth(A), raise_server_exceptions=False) as c:
+        assert c.post("/v1/chat/completions", json=chat).status_code == 500
+        assert c.post("/v1/chat/completions", json={**chat, "stream": True}).status_code == 500
+        assert c.post("/v1/responses", json={"model": MODEL, "input": secret}).status_code == 500
+    assert caplog.text.count("RuntimeError") >= 3
+    assert secret not in caplog.text

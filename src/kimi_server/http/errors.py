@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kimi_server.errors import APIError, InternalServerError, InvalidRequestError
+from kimi_server.logsafe import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -111,5 +112,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error", exc_info=exc)
+        log_failure(log, "unhandled error", exc)  # Overload (issue 12): no client text in the log
         return error_response(InternalServerError())

@@ -9,6 +9,7 @@ from contextlib import aclosing
 from typing import Any, TypeVar
 
 from kimi_server.errors import APIError, InternalServerError
+from kimi_server.logsafe import log_failure
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,7 +45,7 @@ async def prime(events: AsyncIterator[T]) -> AsyncIterator[T]:
 def failure_body(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, APIError):
         return exc.to_body()
-    log.exception("stream failed", exc_info=exc)
+    log_failure(log, "stream failed", exc)
     return InternalServerError().to_body()
 
 

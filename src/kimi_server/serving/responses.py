@@ -21,6 +21,7 @@ from kimi_server.engines.types import (
     ToolCallDelta,
 )
 from kimi_server.errors import APIError
+from kimi_server.logsafe import log_failure
 from kimi_server.serving.common import new_id, now
 from kimi_server.serving.responses_object import response_object, usage_dict
 from kimi_server.serving.responses_request import ResponsesPlan, WireName
@@ -330,7 +331,7 @@ class ResponseBuilder:
         if isinstance(exc, APIError) and exc.status_code < 500:
             error = {"code": exc.code or "invalid_request", "message": exc.message}
         else:
-            log.exception("response generation failed", exc_info=exc)
+            log_failure(log, "response generation failed", exc)
             error = {
                 "code": "server_error",
                 "message": "The server had an error while generating the response.",
