@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Iterable
+import re
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -97,12 +99,7 @@ def check_prompt_size(gen: GenerationRequest, limits: PromptLimits, *, param: st
     """A 400 at once for a prompt that cannot fit the context window, whatever its tokens."""
     messages, parts, chars = prompt_size(gen)
     if messages > limits.max_messages:
-        raise InvalidRequestError(
-            f"'{param}' has {messages} messages; this server accepts at most "
-            f"{limits.max_messages} in one request.",
-            param=param,
-            code="too_many_messages",
-        )
+        raise too_many_messages(messages, limits.max_messages, param)
     if parts > limits.max_parts:
         raise InvalidRequestError(
             f"'{param}' has {parts} parts (messages, content parts and tool calls); this server "
@@ -119,6 +116,14 @@ def check_prompt_size(gen: GenerationRequest, limits: PromptLimits, *, param: st
         )
 
 
+def too_many_messages(count: int, limit: int, param: str) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"'{param}' has {count} messages; this server accepts at most {limit} in one request.",
+        param=param,
+        code="too_many_messages",
+    )
+
+
 async def admit(
     request: Request, principal: Principal, engine: Engine, gen: GenerationRequest, *, param: str
 ) -> Ticket:
@@ -132,14 +137,19 @@ async def admit(
     check_prompt_size(gen, admissions.prompt_limits, param=param)
     current_owner.set(principal.key_id)  # per-tenant engine counters (engines/owner.py)
     # A client that leaves while waiting gives its place back (nothing else would notice).
-    ticket = await until_disconnected(request, admissions.for_engine(engine).admit(principal.key_id))
+    ticket = await until_disconnected(
+        request, admissions.for_engine(engine).admit(principal.key_id), discard=Ticket.release
+    )
     tickets.append(ticket)
     return ticket
 
 
-async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
+async def until_disconnected(
+    request: Request, work: Awaitable[T], discard: Callable[[T], object] | None = None
+) -> T:
     """Awaits ``work``; if the client disconnects first, cancels it (which stops the engine's
-    slot at its next token) and raises ``ClientGone``."""
+    slot at its next token) and raises ``ClientGone``. ``discard`` gets a result that arrived
+    anyway (a cancellation can lose the race with a result that was already set)."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
@@ -148,6 +158,8 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
             return task.result()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        if discard is not None and not task.cancelled() and task.exception() is None:
+            discard(task.result())
         raise ClientGone
     finally:
         watcher.cancel()
@@ -180,6 +192,7 @@ class OverloadGuard:
         self.keys = keys
         self.public_docs = settings.public_docs
         self.max_depth = settings.max_json_depth
+        self.max_messages = PromptLimits.from_settings(settings).max_messages
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -209,20 +222,45 @@ class OverloadGuard:
             await self.app(scope, receive, send)
             return
         body = await _read_body(receive)
-        problem = self._check_json(body)
+        problem = self._check_json(body, path)
         if problem is not None:
             await _send_error(send, problem, close=False)
             return
         await self.app(scope, _replay(body, receive), send)
 
-    def _check_json(self, body: bytes) -> InvalidRequestError | None:
+    def _check_json(self, body: bytes, path: str) -> InvalidRequestError | None:
+        """Cheap checks first (C-speed scans of the bytes), so that a hostile body costs little:
+        depth, then the length of the message list, then surrogates where there may be any."""
+        if bracket_depth(body) > self.max_depth:
+            return _too_deep(self.max_depth)
         try:
             data = json.loads(body)
-        except RecursionError:
-            return _too_deep(self.max_depth)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None  # not JSON: the route's own parsing answers with its 400
-        return json_problem(data, self.max_depth)
+        param = MESSAGE_LISTS.get(path)
+        listed = data.get(param) if param and isinstance(data, dict) else None
+        if param and isinstance(listed, list) and len(listed) > self.max_messages:
+            return too_many_messages(len(listed), self.max_messages, param)
+        if _MAYBE_SURROGATE.search(body):
+            return json_problem(data, self.max_depth)
+        return None
+
+
+MESSAGE_LISTS = {"/v1/chat/completions": "messages", "/v1/responses": "input"}
+# A lone surrogate reaches Python only as a \uD800-\uDFFF escape or as raw surrogate bytes
+# (which json.loads lets through): without either, no string needs a look.
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89abAB]|\\u[dD][c-fC-F]|\xed[\xa0-\xbf]")
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = [0] * 256
+_STEP[ord("[")] = _STEP[ord("{")] = 1
+_STEP[ord("]")] = _STEP[ord("}")] = -1
+
+
+def bracket_depth(body: bytes) -> int:
+    """How deep a JSON text nests, counted on its bytes (strings removed) without parsing it."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
 def json_problem(data: Any, max_depth: int) -> InvalidRequestError | None:
