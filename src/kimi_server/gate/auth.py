@@ -8,8 +8,12 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kimi_server.errors import AuthenticationError
+
+if TYPE_CHECKING:  # Gateway (issue 10)
+    from kimi_server.gate.keys import KeyRecord
 
 KEY_PREFIX = "sk-kimi-"
 
@@ -28,6 +32,7 @@ class Principal:
     """Who made a request: a stable, non-secret id derived from the key."""
 
     key_id: str
+    record: KeyRecord | None = None  # Gateway (issue 10): a stored key's limits; None for static keys
 
 
 class KeyRing:

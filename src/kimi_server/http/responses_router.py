@@ -48,6 +48,9 @@ async def create_response(
         sealer=state.sealer,
     )
     engine = state.engines.for_model(plan.gen.model)
+    if state.gateway is not None:  # Gateway (issue 10): reserve limits, then meter the engine's events
+        ticket = await state.gateway.admit(request, principal, plan.gen, "responses")
+        engine = state.gateway.metered(engine, ticket, request)
     # The first engine event is pulled before anything is sent, so early failures are HTTP errors.
     events = await prime(engine.generate(plan.gen))
     if not body.stream:
