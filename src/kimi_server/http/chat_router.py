@@ -40,7 +40,8 @@ async def create_chat_completion(
     )
     engine = state.engines.for_model(gen.model)
     if state.gateway is not None:  # Gateway (issue 10): reserve limits, then meter the engine's events
-        engine = state.gateway.metered(engine, await state.gateway.admit(request, principal, gen, "chat"), request)
+        ticket = await state.gateway.admit(request, principal, gen, "chat.completions")
+        engine = state.gateway.metered(engine, ticket, request)
     if not body.stream:
         return JSONResponse(await chat.complete(engine, gen))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
