@@ -94,7 +94,7 @@ def _models(value: str | None) -> frozenset[str] | None:
 
 def _show(records: list[KeyRecord], as_json: bool) -> None:
     if as_json:
-        out.print_json(json.dumps([r.as_dict() for r in records]))
+        print(json.dumps([r.as_dict() for r in records], indent=2))
         return
     table = Table("id", "name", "status", "rpm", "tpm", "budget $", "spent $", "models", "expires")
     for r in records:
@@ -182,7 +182,7 @@ def usage(
 
     rows = _run(config, work)
     if as_json:
-        out.print_json(json.dumps(rows))
+        print(json.dumps(rows, indent=2))
         return
     columns = [by, *(["name"] if by == "key" else []), "requests", "prompt_tokens", "cached_tokens",
                "cache_write_tokens", "reasoning_tokens", "completion_tokens", "web_search_calls", "cost_usd"]
