@@ -20,6 +20,8 @@ def cache_groups(settings: Settings) -> dict[str, str]:
 
 
 def build_engines(settings: Settings) -> EngineSet:
+    if settings.test_engine == "scripted":  # Gateway (issue 10): test-only fake engine
+        return scripted_engines(settings)
     groups = cache_groups(settings)
     store = ModelStore(settings.models_dir or default_models_dir())
     by_path: dict[Path, Engine] = {}
@@ -56,3 +58,18 @@ def build_keys(settings: Settings) -> tuple[KeyRing, str | None]:
         return KeyRing(settings.api_keys), None
     dev = development_key(settings.data_dir)
     return KeyRing([dev]), dev
+
+
+def scripted_engines(settings: Settings) -> EngineSet:
+    """Gateway (issue 10), for tests and benchmarks only: every model served by the scripted
+    engine, which needs no model file (``KIMI_TEST_ENGINE=scripted``)."""
+    from kimi_server.engines.scripted import Script, ScriptedEngine
+
+    tokens = settings.test_engine_tokens
+    script = Script(
+        reasoning=("Let me ", "think."),
+        content=tuple(f"w{i} " for i in range(tokens)),
+        delay=settings.test_engine_delay,
+    )
+    engine = ScriptedEngine(script=script)
+    return EngineSet({spec.id: engine for spec in CATALOGUE})

@@ -10,10 +10,14 @@ import typer
 import uvicorn
 from rich.console import Console
 
+from kimi_server.gate.cli import keys_app  # Gateway (issue 10)
+from kimi_server.gate.cli import usage as usage_command  # Gateway (issue 10)
 from kimi_server.models.cli import models_app
 
 app = typer.Typer(name="kimi-server", help="A self-hosted server for the Kimi API.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+app.add_typer(keys_app, name="keys")  # Gateway (issue 10)
+app.command("usage")(usage_command)  # Gateway (issue 10)
 console = Console(stderr=True)
 
 
@@ -28,6 +32,9 @@ def serve(
         list[str] | None, typer.Option("--api-key", help="An accepted API key; repeat for several.")
     ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
+    admin_key: Annotated[  # Gateway (issue 10)
+        str | None, typer.Option("--admin-key", help="Enables the admin API (/admin/v1/) with this key.")
+    ] = None,
     ctx_size: Annotated[int | None, typer.Option(help="Context tokens shared by all slots.")] = None,
     parallel: Annotated[int | None, typer.Option(help="Concurrent generation slots.")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads (0: one per core).")] = None,
@@ -51,6 +58,7 @@ def serve(
             parallel=parallel,
             threads=threads,
             models_dir=models_dir,
+            admin_key=admin_key,  # Gateway (issue 10)
         )
         engines = build_engines(settings)
     except (ModelPullError, FileNotFoundError, ValueError) as exc:

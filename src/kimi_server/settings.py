@@ -6,6 +6,7 @@ The TOML file is named by ``--config`` or ``KIMI_CONFIG``; see docs/configuratio
 from __future__ import annotations
 
 import os
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -42,6 +43,26 @@ DEFAULT_BUDGETS = {
     "high": EffortBudget(floor=64, cap=2048),
     "max": EffortBudget(floor=160, cap=8192),
 }
+
+
+class ModelPrice(BaseModel):
+    """Gateway (issue 10): USD per million tokens of each class, and per web-search call."""
+
+    input: Decimal = Decimal(0)
+    cache_read: Decimal = Decimal(0)
+    cache_write_5m: Decimal = Decimal(0)
+    cache_write_1h: Decimal = Decimal(0)
+    output: Decimal = Decimal(0)
+    web_search: Decimal = Decimal(0)  # USD per call
+
+    @model_validator(mode="after")
+    def _exact(self) -> ModelPrice:
+        # Costs are integer nano-dollars: exact when a per-million price has <= 3 decimals.
+        for name, value in self:
+            places = 9 if name == "web_search" else 3
+            if value < 0 or -int(value.as_tuple().exponent) > places:
+                raise ValueError(f"price '{name}' must be >= 0 with at most {places} decimal places")
+        return self
 
 
 class ModelRoute(BaseModel):
@@ -97,6 +118,22 @@ class Settings(BaseSettings):
     http_keep_alive_timeout: int = Field(default=5, ge=1)  # idle keep-alive connections close
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     engine_verbose: bool = False
+
+    # Gateway (issue 10): stored keys, limits, quotas, usage ledger, metrics (docs/gateway.md).
+    gateway_enabled: bool = True  # False: static keys only, no ledger, no limits (benchmarks)
+    # None: SQLite at <data_dir>/kimi.db. Else a SQLAlchemy URL, e.g. postgresql://user@host/db.
+    database_url: str | None = None
+    redis_url: str | None = None  # shared rate limits across instances; None: in-process
+    redis_prefix: str = "kimi:"
+    admin_key: str | None = None  # enables /admin/v1/; None: the admin API is off
+    metrics_public: bool = False  # /metrics without a key
+    key_cache_seconds: float = Field(default=0.5, ge=0, le=1)  # revocation takes effect within this
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)  # model id -> USD per 1M tokens
+    ledger_batch_ms: float = Field(default=0.0, ge=0, le=1000)  # extra wait to gather a batch
+    # Test only: serve the scripted fake engine instead of a model (never for real use).
+    test_engine: Literal["", "scripted"] = ""
+    test_engine_delay: float = Field(default=0.0, ge=0, le=10)
+    test_engine_tokens: int = Field(default=2, ge=1, le=100000)
 
     @field_validator("api_keys", mode="before")
     @classmethod

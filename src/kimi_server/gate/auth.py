@@ -8,9 +8,13 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kimi_server.errors import AuthenticationError
 from kimi_server.gate.keyfiles import ensure_private
+
+if TYPE_CHECKING:  # Gateway (issue 10)
+    from kimi_server.gate.keys import KeyRecord
 
 KEY_PREFIX = "sk-kimi-"
 
@@ -29,6 +33,7 @@ class Principal:
     """Who made a request: a stable, non-secret id derived from the key."""
 
     key_id: str
+    record: KeyRecord | None = None  # Gateway (issue 10): a stored key's limits; None for static keys
 
 
 class KeyRing:

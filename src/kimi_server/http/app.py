@@ -9,10 +9,15 @@ from fastapi import FastAPI
 
 from kimi_server import __version__
 from kimi_server.gate.auth import KeyRing
+from kimi_server.gate.gateway import Gateway  # Gateway (issue 10)
+from kimi_server.gate.metrics import Metrics  # Gateway (issue 10)
 from kimi_server.http import cache_router, chat_router, docs_router, models_router, responses_router
+from kimi_server.http.admin_router import router as admin_api  # Gateway (issue 10)
 from kimi_server.http.errors import install_error_handlers
 from kimi_server.http.limits import BodySizeLimit
+from kimi_server.http.metrics_router import router as metrics_api  # Gateway (issue 10)
 from kimi_server.http.overload import AdmissionSet, OverloadGuard
+from kimi_server.http.request_context import RequestContext  # Gateway (issue 10)
 from kimi_server.http.state import AppState
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.sealing import Sealer, load_or_create_key
@@ -20,8 +25,15 @@ from kimi_server.settings import Settings
 
 
 def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI:
+    # Gateway (issue 10): stored keys, limits, ledger and metrics; off when gateway_enabled is false.
+    metrics = Metrics()
+    metrics.watch_engines(lambda: [(e.name, e.stats()) for e in engines.unique()])
+    gateway = Gateway(settings, metrics) if settings.gateway_enabled else None
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if gateway is not None:  # Gateway (issue 10): migrations run here, before serving
+            await gateway.start()
         for engine in engines.unique():
             await engine.start()
         try:
@@ -29,6 +41,8 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
         finally:
             for engine in engines.unique():
                 await engine.close()
+            if gateway is not None:  # Gateway (issue 10): the ledger drains before exit
+                await gateway.close()
 
     app = FastAPI(
         title="kimi-server",
@@ -42,6 +56,8 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     key_file = settings.responses_key_file or settings.data_dir / "responses.key"
     sealer = Sealer(load_or_create_key(key_file))
     app.state.kimi = AppState(settings=settings, engines=engines, keys=keys, sealer=sealer)
+    app.state.kimi.gateway = gateway  # Gateway (issue 10)
+    app.state.kimi_metrics = metrics  # Gateway (issue 10)
     install_error_handlers(app)
     app.include_router(chat_router.router)
     app.include_router(responses_router.router)
@@ -50,6 +66,11 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     app.include_router(cache_router.router)
     # Overload (issue 12): fair admission per engine; the guard checks the key before the body.
     app.state.kimi_admission = AdmissionSet(engines.unique(), settings)
-    app.add_middleware(OverloadGuard, keys=keys, settings=settings)
+    check_key = (lambda raw: gateway.principal(keys, raw)) if gateway is not None else None
+    app.add_middleware(OverloadGuard, keys=keys, settings=settings, check_key=check_key)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Gateway (issue 10): admin API, /metrics, request ids and limit headers on every response.
+    app.include_router(admin_api)
+    app.include_router(metrics_api)
+    app.add_middleware(RequestContext, metrics=metrics)
     return app

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from kimi_server.gate.auth import Principal
-from kimi_server.http.overload import admit, until_disconnected
+from kimi_server.http.admit import admit_request
+from kimi_server.http.overload import until_disconnected
 from kimi_server.http.sse import chat_sse, prime
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.protocol.chat import ChatCompletionRequest
@@ -40,7 +41,7 @@ async def create_chat_completion(
         accepts_images=engine.accepts_images() if engine else False,
     )
     engine = state.engines.for_model(gen.model)
-    await admit(request, principal, engine, gen, param="messages")  # Overload (issue 12)
+    engine = await admit_request(request, principal, engine, gen, endpoint="chat.completions", param="messages")
     if not body.stream:
         return JSONResponse(await until_disconnected(request, chat.complete(engine, gen)))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)

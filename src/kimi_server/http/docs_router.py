@@ -9,14 +9,14 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
 from kimi_server.gate.auth import Principal
-from kimi_server.http.state import app_state
+from kimi_server.http.state import app_state, authenticated
 
 
-def docs_access(request: Request) -> Principal | None:
+async def docs_access(request: Request) -> Principal | None:
     state = app_state(request)
     if state.settings.public_docs:
         return None
-    return state.keys.authenticate(request.headers.get("authorization"))
+    return await authenticated(request)  # Gateway (issue 10): stored keys open the docs too
 
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(docs_access)])

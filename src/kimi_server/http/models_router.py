@@ -19,15 +19,21 @@ def _model(spec: ModelSpec) -> dict[str, Any]:
     return {"id": spec.id, "object": "model", "created": spec.created, "owned_by": spec.owned_by}
 
 
-@router.get("/v1/models", tags=["Models"], dependencies=[Depends(authenticated)])
-async def list_models(request: Request) -> dict[str, Any]:
+@router.get("/v1/models", tags=["Models"])
+async def list_models(request: Request, principal: Principal = Depends(authenticated)) -> dict[str, Any]:
     served = app_state(request).engines.served()
+    if principal.record is not None and principal.record.models is not None:  # Gateway (issue 10)
+        served = served & principal.record.models
     return {"object": "list", "data": [_model(s) for s in CATALOGUE if s.id in served]}
 
 
-@router.get("/v1/models/{model_id}", tags=["Models"], dependencies=[Depends(authenticated)])
-async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
+@router.get("/v1/models/{model_id}", tags=["Models"])
+async def retrieve_model(
+    model_id: str, request: Request, principal: Principal = Depends(authenticated)
+) -> dict[str, Any]:
     served = app_state(request).engines.served()
+    if principal.record is not None and principal.record.models is not None:  # Gateway (issue 10)
+        served = served & principal.record.models
     for spec in CATALOGUE:
         if spec.id == model_id and spec.id in served:
             return _model(spec)

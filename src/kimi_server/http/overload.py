@@ -36,6 +36,9 @@ T = TypeVar("T")
 TICKETS = "kimi.tickets"  # scope key: the tickets a request holds, released by the guard
 PUBLIC_PATHS = frozenset({"/health"})
 DOCS_PATHS = frozenset({"/docs", "/openapi.json"})
+ADMIN_PREFIX = "/admin/"
+METRICS_PATH = "/metrics"
+KeyCheck = Callable[[str | None], Awaitable[object]]
 
 
 @dataclass(frozen=True)
@@ -187,9 +190,14 @@ class ClientGone(APIError):
 
 
 class OverloadGuard:
-    def __init__(self, app: ASGIApp, *, keys: KeyRing, settings: Settings) -> None:
+    def __init__(
+        self, app: ASGIApp, *, keys: KeyRing, settings: Settings, check_key: KeyCheck | None = None
+    ) -> None:
         self.app = app
         self.keys = keys
+        # Stored keys (the gateway) need a lookup; without one the static key ring decides.
+        self.check_key = check_key
+        self.public_metrics = settings.metrics_public
         self.public_docs = settings.public_docs
         self.max_depth = settings.max_json_depth
         self.max_messages = PromptLimits.from_settings(settings).max_messages
@@ -210,10 +218,14 @@ class OverloadGuard:
         headers = dict(scope.get("headers") or ())
         path = scope.get("path", "")
         has_body = headers.get(b"content-length", b"0") not in (b"0", b"") or b"transfer-encoding" in headers
-        if path not in PUBLIC_PATHS and not (self.public_docs and path in DOCS_PATHS):
+        if self._needs_key(path):
             raw = headers.get(b"authorization")
+            authorization = raw.decode("latin-1") if raw is not None else None
             try:
-                self.keys.authenticate(raw.decode("latin-1") if raw is not None else None)
+                if self.check_key is not None:
+                    await self.check_key(authorization)
+                else:
+                    self.keys.authenticate(authorization)
             except AuthenticationError as exc:
                 # Checked before the body is read; an unread body ends the connection.
                 await _send_error(send, exc, close=has_body)
@@ -227,6 +239,13 @@ class OverloadGuard:
             await _send_error(send, problem, close=False)
             return
         await self.app(scope, _replay(body, receive), send)
+
+    def _needs_key(self, path: str) -> bool:
+        if path in PUBLIC_PATHS or path.startswith(ADMIN_PREFIX):  # the admin API has its own key
+            return False
+        if self.public_docs and path in DOCS_PATHS:
+            return False
+        return not (self.public_metrics and path == METRICS_PATH)
 
     def _check_json(self, body: bytes, path: str) -> InvalidRequestError | None:
         """Cheap checks first (C-speed scans of the bytes), so that a hostile body costs little:

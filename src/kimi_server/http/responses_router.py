@@ -9,7 +9,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from kimi_server.gate.auth import Principal
-from kimi_server.http.overload import admit, until_disconnected
+from kimi_server.http.admit import admit_request
+from kimi_server.http.overload import until_disconnected
 from kimi_server.http.sse import event_frame, prime
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.protocol.common import ErrorBody
@@ -49,7 +50,7 @@ async def create_response(
         sealer=state.sealer,
     )
     engine = state.engines.for_model(plan.gen.model)
-    await admit(request, principal, engine, plan.gen, param="input")  # Overload (issue 12)
+    engine = await admit_request(request, principal, engine, plan.gen, endpoint="responses", param="input")
     if not body.stream:
 
         async def answer() -> dict[str, Any]:

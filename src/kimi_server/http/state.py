@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from kimi_server.gate.auth import KeyRing, Principal
+from kimi_server.gate.gateway import Gateway
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.sealing import Sealer
 from kimi_server.settings import Settings
@@ -18,6 +19,7 @@ class AppState:
     engines: EngineSet
     keys: KeyRing
     sealer: Sealer
+    gateway: Gateway | None = None  # Gateway (issue 10): None when turned off
 
 
 def app_state(request: Request) -> AppState:
@@ -25,6 +27,10 @@ def app_state(request: Request) -> AppState:
     return state
 
 
-def authenticated(request: Request) -> Principal:
+async def authenticated(request: Request) -> Principal:
     """Dependency for every route but health."""
-    return app_state(request).keys.authenticate(request.headers.get("authorization"))
+    state = app_state(request)
+    # Gateway (issue 10): stored keys too, and the caller's rate-limit headers.
+    if state.gateway is not None:
+        return await state.gateway.authenticate(state.keys, request)
+    return state.keys.authenticate(request.headers.get("authorization"))

@@ -1,0 +1,113 @@
+"""The usage ledger: one row per request that reached an engine, written by a single task.
+
+Requests hand their row to the writer and (when they can still answer) wait for its commit, so
+a row is durable before the response's last byte. The writer commits whatever has queued up
+while the previous commit ran, in one transaction with the keys' spend, so concurrent requests
+share one fsync instead of paying one each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import insert, update
+
+from kimi_server.store.db import Database
+from kimi_server.store.models import ApiKeyRow, UsageRow
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 500
+
+
+@dataclass
+class _Pending:
+    row: dict[str, Any]
+    stored_key: bool  # spend goes on a stored key's row (static keys have none)
+    done: asyncio.Future[None] | None
+
+
+class Ledger:
+    def __init__(self, db: Database, batch_seconds: float = 0.002) -> None:
+        self.db = db
+        self.batch_seconds = batch_seconds
+        self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self.commits = 0
+        self.rows = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="usage-ledger")
+
+    async def close(self) -> None:
+        """Writes everything queued, then stops."""
+        if self._task is None:
+            return
+        self._queue.put_nowait(None)
+        await self._task
+        self._task = None
+
+    def submit(self, row: dict[str, Any], *, stored_key: bool) -> None:
+        """Queues a row without waiting (for requests whose client is gone)."""
+        self._queue.put_nowait(_Pending(row, stored_key, None))
+
+    async def write(self, row: dict[str, Any], *, stored_key: bool) -> None:
+        """Queues a row and returns once it is committed."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Pending(row, stored_key, done))
+        await asyncio.shield(done)
+
+    async def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                break
+            batch = [first]
+            if self.batch_seconds and self._queue.empty():
+                await asyncio.sleep(self.batch_seconds)
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                item = self._queue.get_nowait()
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            await self._commit(batch)
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        spend: dict[str, int] = defaultdict(int)
+        for p in batch:
+            if p.stored_key and p.row["cost_nanos"]:
+                spend[p.row["key_id"]] += p.row["cost_nanos"]
+        error: BaseException | None = None
+        for attempt in range(3):
+            try:
+                async with self.db.sessions() as session, session.begin():
+                    await session.execute(insert(UsageRow), [p.row for p in batch])
+                    for key_id, nanos in spend.items():
+                        await session.execute(
+                            update(ApiKeyRow)
+                            .where(ApiKeyRow.id == key_id)
+                            .values(spent_nanos=ApiKeyRow.spent_nanos + nanos)
+                        )
+                error = None
+                break
+            except Exception as exc:
+                error = exc
+                log.warning("ledger commit failed (attempt %d): %s", attempt + 1, type(exc).__name__)
+                await asyncio.sleep(0.05 * (attempt + 1))
+        self.commits += 1
+        if error is None:
+            self.rows += len(batch)
+        for p in batch:
+            if p.done is not None and not p.done.done():
+                if error is None:
+                    p.done.set_result(None)
+                else:
+                    p.done.set_exception(RuntimeError("the usage ledger could not be written"))
+        if error is not None:
+            log.error("ledger: %d rows could not be written", len(batch))

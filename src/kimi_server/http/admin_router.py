@@ -1,0 +1,113 @@
+"""Gateway (issue 10): ``/admin/v1/`` keys and usage, behind the admin key only.
+
+Without ``admin_key`` configured the admin API is off: every call is refused with 403.
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, Field
+
+from kimi_server.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
+from kimi_server.gate.auth import digest
+from kimi_server.gate.gateway import Gateway
+from kimi_server.gate.keys import KeyChanges
+from kimi_server.gate.usage import usage_totals
+from kimi_server.http.state import app_state
+from kimi_server.protocol.common import ErrorBody
+
+
+def admin_gateway(request: Request) -> Gateway:
+    state = app_state(request)
+    authorization = request.headers.get("authorization") or ""
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationError("The admin API needs the admin key as 'Authorization: Bearer ADMIN_KEY'.")
+    admin = state.settings.admin_key
+    if not admin or state.gateway is None:
+        raise PermissionDeniedError("The admin API is off: start the server with --admin-key or KIMI_ADMIN_KEY.")
+    if not hmac.compare_digest(digest(token.strip()), digest(admin)):
+        raise PermissionDeniedError("This key may not use the admin API.")
+    return state.gateway
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 403, 404)}
+router = APIRouter(prefix="/admin/v1", tags=["Admin"], responses=ERRORS)
+
+
+class KeyFields(BaseModel):
+    rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1)
+    budget_usd: Decimal | None = Field(default=None, ge=0)
+    expires_at: datetime | None = None
+    models: list[str] | None = None
+
+    def changes(self, clear: frozenset[str] = frozenset()) -> KeyChanges:
+        if self.expires_at is not None and self.expires_at.tzinfo is None:
+            raise InvalidRequestError("'expires_at' needs a time zone (e.g. 2027-01-01T00:00:00Z).", param="expires_at")
+        return KeyChanges(
+            rpm=self.rpm, tpm=self.tpm, budget_usd=self.budget_usd, expires_at=self.expires_at,
+            models=frozenset(self.models) if self.models is not None else None, clear=clear,
+        )
+
+
+class KeyCreate(KeyFields):
+    name: str = Field(min_length=1, max_length=200)
+
+
+class KeyUpdate(KeyFields):
+    clear: list[Literal["rpm", "tpm", "budget", "expires", "models"]] = Field(default_factory=list)
+
+
+@router.post("/keys")
+async def create_key(body: KeyCreate, gw: Gateway = Depends(admin_gateway)) -> dict[str, Any]:
+    """Creates a key. The response is the only place its secret ever appears."""
+    record, secret = await gw.keys.create(body.name, body.changes())
+    return {**record.as_dict(), "secret": secret}
+
+
+@router.get("/keys")
+async def list_keys(gw: Gateway = Depends(admin_gateway)) -> dict[str, Any]:
+    """Every key, with its spend so far; never a secret."""
+    return {"object": "list", "data": [r.as_dict() for r in await gw.keys.list()]}
+
+
+@router.get("/keys/{key}")
+async def show_key(key: str, gw: Gateway = Depends(admin_gateway)) -> dict[str, Any]:
+    """One key, by id or name."""
+    return (await gw.keys.get(key)).as_dict()
+
+
+@router.patch("/keys/{key}")
+async def update_key(key: str, body: KeyUpdate, gw: Gateway = Depends(admin_gateway)) -> dict[str, Any]:
+    """Changes a key's limits; ``clear`` removes them."""
+    return (await gw.keys.update(key, body.changes(frozenset(body.clear)))).as_dict()
+
+
+@router.delete("/keys/{key}")
+async def revoke_key(key: str, gw: Gateway = Depends(admin_gateway)) -> dict[str, Any]:
+    """Revokes a key: every instance refuses it within a second. Its usage rows stay."""
+    return (await gw.keys.revoke(key)).as_dict()
+
+
+@router.get("/usage")
+async def usage(
+    key: str | None = None,
+    since: datetime | None = None,
+    by: Literal["model", "key", "day"] = "model",
+    gw: Gateway = Depends(admin_gateway),
+) -> dict[str, Any]:
+    """Ledger totals, like ``kimi-server usage``."""
+    key_id = None
+    if key is not None:
+        try:
+            key_id = (await gw.keys.get(key)).id
+        except Exception:
+            key_id = key  # a static key's id
+    return {"object": "list", "data": await usage_totals(gw.db, key_id=key_id, since=since, by=by)}
+

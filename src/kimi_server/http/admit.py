@@ -1,0 +1,39 @@
+"""The one step a generating route takes before the engine: the key's limits, then its turn.
+
+The gateway (issue 10) reserves the key's requests, tokens and budget first, so a key over its
+limits is refused at once and never holds a place in the queue; then the request waits for a
+fair turn at the engine (issue 12). A reservation whose request never reaches the engine is
+given back. What comes back is the engine to call: metered when the gateway is on.
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from kimi_server.engines.base import Engine
+from kimi_server.engines.types import GenerationRequest
+from kimi_server.gate.auth import Principal
+from kimi_server.http.overload import admit
+from kimi_server.http.state import app_state
+
+
+async def admit_request(
+    request: Request,
+    principal: Principal,
+    engine: Engine,
+    gen: GenerationRequest,
+    *,
+    endpoint: str,
+    param: str,
+) -> Engine:
+    gateway = app_state(request).gateway
+    if gateway is None:
+        await admit(request, principal, engine, gen, param=param)
+        return engine
+    ticket = await gateway.admit(request, principal, gen, endpoint)
+    try:
+        await admit(request, principal, engine, gen, param=param)
+    except BaseException:
+        gateway.refund(ticket)
+        raise
+    return gateway.metered(engine, ticket, request)

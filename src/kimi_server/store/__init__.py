@@ -1,0 +1,1 @@
+"""Persistent storage for the gateway: API keys and the usage ledger (SQLAlchemy 2, async)."""

@@ -1,0 +1,89 @@
+"""The database: URL from settings, an async engine, and migrations run on start.
+
+SQLite (the default, a file under ``data_dir``) runs in WAL mode with full fsync so that a
+committed ledger row survives a crash; PostgreSQL is used when ``database_url`` names one.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, event, text
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+# Taken by whichever instance migrates first, so several starting together don't collide.
+_PG_MIGRATION_LOCK = 0x6B696D69
+
+
+def database_url(configured: str | None, data_dir: Path) -> str:
+    """A SQLAlchemy async URL: the configured one with its async driver, or SQLite."""
+    if not configured:
+        return f"sqlite+aiosqlite:///{data_dir / 'kimi.db'}"
+    for plain, driver in (("postgresql://", "postgresql+asyncpg://"), ("postgres://", "postgresql+asyncpg://"),
+                          ("sqlite://", "sqlite+aiosqlite://")):
+        if configured.startswith(plain):
+            return driver + configured[len(plain):]
+    return configured
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; everything stored is UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+class Database:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        kwargs: dict[str, Any] = {}
+        if not self.is_sqlite:
+            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+        if self.is_sqlite:
+            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+        self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def from_settings(cls, database_url_setting: str | None, data_dir: Path) -> Database:
+        if not database_url_setting:
+            data_dir.mkdir(parents=True, exist_ok=True)
+        return cls(database_url(database_url_setting, data_dir))
+
+    async def migrate(self) -> None:
+        """Brings the schema to the newest revision; every existing row is kept."""
+        async with self.engine.connect() as conn:
+            if not self.is_sqlite:
+                await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+                await conn.commit()
+            try:
+                await conn.run_sync(_upgrade)
+                await conn.commit()
+            finally:
+                if not self.is_sqlite:
+                    await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_MIGRATION_LOCK})
+                    await conn.commit()
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+def _upgrade(conn: Connection) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = conn
+    command.upgrade(config, "head")
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=FULL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()

@@ -1,0 +1,1 @@
+"""Alembic migrations (``versions/``), run on every start by ``store.db.Database.migrate``."""
