@@ -32,6 +32,14 @@ def serve(
     parallel: Annotated[int | None, typer.Option(help="Concurrent generation slots.")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads (0: one per core).")] = None,
     models_dir: Annotated[Path | None, typer.Option(help="Where pulled models are kept.")] = None,
+    # Upstreams (issue 9)
+    upstream: Annotated[
+        str | None, typer.Option(help="Serve every model id from this OpenAI-compatible base URL (…/v1).")
+    ] = None,
+    upstream_dialect: Annotated[
+        str | None, typer.Option(help="vllm, sglang, llamacpp, moonshot or openai (default).")
+    ] = None,
+    upstream_model: Annotated[str | None, typer.Option(help="The upstream's model name.")] = None,
 ) -> None:
     """Serve the Kimi API."""
     from kimi_server.bootstrap import build_engines, build_keys
@@ -50,6 +58,9 @@ def serve(
             parallel=parallel,
             threads=threads,
             models_dir=models_dir,
+            upstream=upstream,  # Upstreams (issue 9)
+            upstream_dialect=upstream_dialect,
+            upstream_model=upstream_model,
         )
         engines = build_engines(settings)
     except (ModelPullError, FileNotFoundError, ValueError) as exc:
