@@ -40,6 +40,13 @@ async def engine_stats(request: Request) -> dict[str, Any]:
 
 
 @router.get("/health", tags=["Health"])
-async def health() -> dict[str, str]:
-    """Liveness; the only route that needs no key."""
+async def health(request: Request, deep: bool = False) -> dict[str, Any]:
+    """Liveness; the only route that needs no key. ``?deep=1`` (with a key) probes upstreams."""
+    # Upstreams (issue 9)
+    if deep:
+        from kimi_server.http.upstream_health import deep_health
+
+        state = app_state(request)
+        authenticated(request)
+        return await deep_health(state.engines)
     return {"status": "ok"}
