@@ -14,6 +14,10 @@ from kimi_server.models.cli import models_app
 
 app = typer.Typer(name="kimi-server", help="A self-hosted server for the Kimi API.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+# Upstreams (issue 9)
+from kimi_server.engines.upstream.cli import upstreams_app  # noqa: E402
+
+app.add_typer(upstreams_app, name="upstreams")
 console = Console(stderr=True)
 
 
