@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from kimi_server import __version__
 from kimi_server.gate.auth import KeyRing
 from kimi_server.http import cache_router, chat_router, docs_router, models_router, responses_router
+from kimi_server.http.coalesce import CoalesceStreams  # Upstreams (issue 9)
 from kimi_server.http.errors import install_error_handlers
 from kimi_server.http.limits import BodySizeLimit
 from kimi_server.http.state import AppState
@@ -48,4 +49,5 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     app.include_router(docs_router.router)
     app.include_router(cache_router.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(CoalesceStreams)  # Upstreams (issue 9): one write per ready batch of events
     return app

@@ -93,7 +93,8 @@ class KimiToolMarkup:
                     self._buf = self._buf[i + len(tag) :] if tag != CALL_BEGIN else self._buf[i:]
                     self._in_section = True
                     continue
-                keep = partial_suffix(self._buf, SECTION_BEGIN)
+                # Fast path: text with no '<' near its end cannot be the start of a tag.
+                keep = partial_suffix(self._buf, SECTION_BEGIN) if "<" in self._buf[-28:] else 0
                 content.append(self._buf[: len(self._buf) - keep])
                 self._buf = self._buf[len(self._buf) - keep :]
                 break
