@@ -9,7 +9,7 @@ import httpx
 
 from kimi_server.engines.base import Engine
 from kimi_server.engines.upstream.engine import UpstreamEngine
-from kimi_server.engines.upstream.relay import Upstream
+from kimi_server.engines.upstream.relay import Upstream, pool_limits
 from kimi_server.policy.catalogue import CATALOGUE
 from kimi_server.settings import Settings, UpstreamConfig
 
@@ -34,8 +34,7 @@ def upstream_engines(settings: Settings) -> dict[str, Engine]:
     def make(cfg: UpstreamConfig) -> Upstream:
         client = pools.get(cfg.base_url)
         if client is None:
-            limits = httpx.Limits(max_connections=cfg.max_connections, max_keepalive_connections=cfg.max_connections)
-            client = pools[cfg.base_url] = httpx.AsyncClient(limits=limits)
+            client = pools[cfg.base_url] = httpx.AsyncClient(limits=pool_limits(cfg))
         return Upstream(cfg, client)
 
     single = single_upstream(settings)

@@ -45,6 +45,14 @@ class Failure(Exception):
     retry_after: float | None = None
 
 
+def pool_limits(cfg: UpstreamConfig) -> httpx.Limits:
+    # Idle connections are dropped before the common 5 s server keep-alive ends (uvicorn's, so
+    # vLLM's and SGLang's), so a request rarely lands on a connection the server just closed.
+    return httpx.Limits(
+        max_connections=cfg.max_connections, max_keepalive_connections=cfg.max_connections, keepalive_expiry=4.0
+    )
+
+
 class Upstream:
     def __init__(self, cfg: UpstreamConfig, client: httpx.AsyncClient | None = None) -> None:
         self.cfg = cfg
@@ -59,12 +67,7 @@ class Upstream:
         self.timeout = httpx.Timeout(
             connect=cfg.connect_timeout, read=cfg.read_timeout, write=cfg.read_timeout, pool=cfg.connect_timeout
         )
-        self.client = client or httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=cfg.max_connections, max_keepalive_connections=cfg.max_connections
-            ),
-            timeout=self.timeout,
-        )
+        self.client = client or httpx.AsyncClient(limits=pool_limits(cfg), timeout=self.timeout)
 
     async def close(self) -> None:
         await self.client.aclose()
