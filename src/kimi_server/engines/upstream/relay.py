@@ -8,10 +8,11 @@ happens when the client disconnects and Starlette closes the generators above.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +35,7 @@ from kimi_server.errors import APIError, InvalidRequestError, PayloadTooLargeErr
 from kimi_server.settings import UpstreamConfig
 
 MAX_ERROR_BODY = 16_384
+DRAIN_SECONDS = 0.5
 
 
 @dataclass
@@ -144,11 +146,13 @@ class Upstream:
         self, resp: httpx.Response, normaliser: Normaliser, piece_limit: int, deadline: float
     ) -> AsyncGenerator[EngineEvent, None]:
         parser = SSEParser()
-        async for raw in resp.aiter_bytes():
+        stream = resp.aiter_bytes()
+        async for raw in stream:
             for data in parser.feed(raw):
                 if data == b"[DONE]":
                     for event in normaliser.finish():
                         yield event
+                    await _drain(stream)
                     return
                 chunk = _loads(data)
                 if "error" in chunk and not chunk.get("choices"):
@@ -168,6 +172,17 @@ class Upstream:
                 yield event
             return
         raise Failure(UpstreamStreamError("The model's engine ended the stream early."))
+
+
+async def _drain(stream: AsyncIterator[bytes]) -> None:
+    """Reads the few bytes after ``[DONE]`` (the end of the chunked body), so the connection goes
+    back to the pool instead of being closed; an upstream that lingers is not waited for."""
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in stream:
+                pass
+    except (TimeoutError, httpx.HTTPError):
+        pass
 
 
 def _loads(data: bytes) -> dict[str, Any]:
