@@ -255,3 +255,21 @@ def test_vision_route_sends_image_parts(tmp_path: Path) -> None:
         assert r.status_code == 200
         parts = up.bodies[0]["messages"][0]["content"]
     assert parts == [{"type": "text", "text": "What?"}, {"type": "image_url", "image_url": {"url": url}}]
+
+
+async def ignores_stream(body: dict[str, Any], c: Conn) -> None:
+    """An OpenAI-compatible server that answers stream=true with one whole JSON completion."""
+    message: dict[str, Any] = {"role": "assistant", "content": ANSWER, "reasoning_content": REASONING}
+    await c.json(200, {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+                       "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                       "usage": _usage()})
+
+
+def test_an_upstream_that_ignores_stream_still_streams_to_the_client(tmp_path: Path) -> None:
+    with FakeUpstream(ignores_stream) as up, front(tmp_path, config(up.url, dialect="openai")) as f:
+        stream = list(f.sdk.chat.completions.create(
+            model="kimi-k3.1-pro", messages=MESSAGES, max_completion_tokens=50, stream=True
+        ))
+        content = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert content == ANSWER
+        assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "stop"
