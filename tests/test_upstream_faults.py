@@ -262,3 +262,15 @@ def test_nothing_hangs_past_the_read_timeout(fault: Any, tmp_path: Path) -> None
         frames = stream_frames(f)
         assert frames[-1] == "[DONE]"
         assert time.monotonic() - started < 20  # bounded by the read timeout, not the stall
+
+
+def test_responses_stream_fault_after_output_is_response_failed(tmp_path: Path) -> None:
+    with FakeUpstream(reset_mid_stream) as up, front(tmp_path, config(up.url)) as f:
+        body = {"model": "kimi-k3.1-pro", "input": "Hi", "max_output_tokens": 50, "stream": True}
+        with f.http.stream("POST", "/v1/responses", json=body) as r:
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+        assert events[-1]["type"] == "response.failed"
+        # The Responses core reports any 5xx failure as a generic server_error.
+        assert events[-1]["response"]["error"]["code"] == "server_error"
+        deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+        assert "".join(deltas) == "Hello" and len(up.bodies) == 1
