@@ -59,6 +59,8 @@ class Normaliser:
         if choice.get("finish_reason"):
             self.finish_reason = str(choice["finish_reason"])
         delta = choice.get("delta") or choice.get("message") or {}
+        if not isinstance(delta, dict):
+            return []
         out: list[EngineEvent] = []
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
@@ -69,7 +71,8 @@ class Normaliser:
         if isinstance(content, str) and content:
             self.pieces += 1
             out += self._text(self._think.feed(content))
-        for call in delta.get("tool_calls") or ():
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
             out += self._tool_delta(call)
         return out
 

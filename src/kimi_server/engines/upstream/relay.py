@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -34,6 +35,7 @@ from kimi_server.engines.upstream.sse import SSEParser
 from kimi_server.errors import APIError, InvalidRequestError, PayloadTooLargeError
 from kimi_server.settings import UpstreamConfig
 
+log = logging.getLogger(__name__)
 MAX_ERROR_BODY = 16_384
 DRAIN_SECONDS = 0.5
 
@@ -65,6 +67,8 @@ class Upstream:
         self.url = f"{self.base}/chat/completions"
         self.breaker = CircuitBreaker(cfg.breaker_threshold, cfg.breaker_cooldown)
         key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
+        if cfg.api_key_env and not key:
+            log.warning("upstream %s: the environment variable %s is not set", self.name, cfg.api_key_env)
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.timeout = httpx.Timeout(
             connect=cfg.connect_timeout, read=cfg.read_timeout, write=cfg.read_timeout, pool=cfg.connect_timeout
