@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kimi_server.settings import UpstreamConfig
+from kimi_server.engines.upstream.breaker import CircuitBreaker
 from tests.conftest import start_server, stop_server
 from tests.upstreams.fake import Conn, FakeUpstream, chunk
 from tests.upstreams.front import Front, config, front
@@ -208,13 +208,14 @@ def test_endless_stream_stops_at_the_output_cap(tmp_path: Path) -> None:
 
 def test_breaker_opens_then_probes_and_closes(tmp_path: Path) -> None:
     state = {"healthy": False}
+    now = [0.0]  # the breaker's clock, moved by the test: no sleeping, no timing
 
     async def flaky(body: dict[str, Any], c: Conn) -> None:
         await (good(body, c) if state["healthy"] else status_500(body, c))
 
-    cfg = config("", retries=0, breaker_threshold=2, breaker_cooldown=0.5)
-    with FakeUpstream(flaky) as up, front(tmp_path, UpstreamConfig(**{**cfg.model_dump(), "base_url": up.url})) as f:
+    with FakeUpstream(flaky) as up, front(tmp_path, config(up.url, retries=0)) as f:
         [upstream] = f.engine.upstreams
+        upstream.breaker = CircuitBreaker(threshold=2, cooldown=30, clock=lambda: now[0])
         assert post(f).status_code == 502
         assert upstream.breaker.state == "closed"
         assert post(f).status_code == 502
@@ -222,11 +223,12 @@ def test_breaker_opens_then_probes_and_closes(tmp_path: Path) -> None:
         r = post(f)  # refused here, the upstream never sees it
         assert r.status_code == 503 and len(up.bodies) == 2
         assert_error_shape(r.json(), "upstream_unavailable")
-        time.sleep(0.6)
+        now[0] += 30
         assert upstream.breaker.state == "half_open"
         assert post(f).status_code == 502  # the probe fails: open again for another cooldown
         assert upstream.breaker.state == "open" and len(up.bodies) == 3
-        time.sleep(0.6)
+        assert post(f).status_code == 503 and len(up.bodies) == 3
+        now[0] += 30
         state["healthy"] = True
         assert post(f).status_code == 200  # the probe succeeds: closed
         assert upstream.breaker.state == "closed"
