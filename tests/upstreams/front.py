@@ -30,9 +30,9 @@ class Front:
 
 
 def config(url: str, **fields: Any) -> UpstreamConfig:
-    """Short timeouts and backoff: the faults under test resolve in well under a second."""
+    """Short timeouts and backoff: each fault under test resolves within a few seconds."""
     defaults: dict[str, Any] = {
-        "connect_timeout": 2.0, "read_timeout": 1.0, "backoff": 0.01, "breaker_cooldown": 0.5,
+        "connect_timeout": 2.0, "read_timeout": 2.0, "backoff": 0.01, "breaker_cooldown": 0.5,
     }
     return UpstreamConfig(base_url=url, **{**defaults, **fields})
 
