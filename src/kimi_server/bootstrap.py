@@ -6,6 +6,7 @@ from pathlib import Path
 
 from kimi_server.engines.base import Engine
 from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
+from kimi_server.engines.upstream.build import upstream_engines  # Upstreams (issue 9)
 from kimi_server.gate.auth import KeyRing, development_key, key_id_of
 from kimi_server.models.pull import resolve_model
 from kimi_server.models.store import ModelStore, default_models_dir
@@ -22,11 +23,18 @@ def cache_groups(settings: Settings) -> dict[str, str]:
 def build_engines(settings: Settings) -> EngineSet:
     if settings.test_engine == "scripted":  # Gateway (issue 10): test-only fake engine
         return scripted_engines(settings)
+    # Upstreams (issue 9): routed ids skip the embedded model; --upstream serves them all.
+    upstream = upstream_engines(settings)
+    if settings.upstream:
+        return EngineSet(upstream)
     groups = cache_groups(settings)
     store = ModelStore(settings.models_dir or default_models_dir())
     by_path: dict[Path, Engine] = {}
     by_model: dict[str, Engine] = {}
     for spec in CATALOGUE:
+        if spec.id in upstream:  # Upstreams (issue 9)
+            by_model[spec.id] = upstream[spec.id]
+            continue
         route = settings.routes.get(spec.id)
         name = (route.model if route and route.model else None) or settings.model
         path = resolve_model(name, store, auto_pull=settings.auto_pull).resolve()

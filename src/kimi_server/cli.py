@@ -18,6 +18,10 @@ app = typer.Typer(name="kimi-server", help="A self-hosted server for the Kimi AP
 app.add_typer(models_app, name="models")
 app.add_typer(keys_app, name="keys")  # Gateway (issue 10)
 app.command("usage")(usage_command)  # Gateway (issue 10)
+# Upstreams (issue 9)
+from kimi_server.engines.upstream.cli import upstreams_app  # noqa: E402
+
+app.add_typer(upstreams_app, name="upstreams")
 console = Console(stderr=True)
 
 
@@ -39,6 +43,14 @@ def serve(
     parallel: Annotated[int | None, typer.Option(help="Concurrent generation slots.")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads (0: one per core).")] = None,
     models_dir: Annotated[Path | None, typer.Option(help="Where pulled models are kept.")] = None,
+    # Upstreams (issue 9)
+    upstream: Annotated[
+        str | None, typer.Option(help="Serve every model id from this OpenAI-compatible base URL (…/v1).")
+    ] = None,
+    upstream_dialect: Annotated[
+        str | None, typer.Option(help="vllm, sglang, llamacpp, moonshot or openai (default).")
+    ] = None,
+    upstream_model: Annotated[str | None, typer.Option(help="The upstream's model name.")] = None,
 ) -> None:
     """Serve the Kimi API."""
     from kimi_server.bootstrap import build_engines, build_keys
@@ -59,6 +71,9 @@ def serve(
             threads=threads,
             models_dir=models_dir,
             admin_key=admin_key,  # Gateway (issue 10)
+            upstream=upstream,  # Upstreams (issue 9)
+            upstream_dialect=upstream_dialect,
+            upstream_model=upstream_model,
         )
         engines = build_engines(settings)
     except (ModelPullError, FileNotFoundError, ValueError) as exc:

@@ -63,13 +63,52 @@ class ModelPrice(BaseModel):
             if value < 0 or -int(value.as_tuple().exponent) > places:
                 raise ValueError(f"price '{name}' must be >= 0 with at most {places} decimal places")
         return self
+# Upstreams (issue 9): routes to other OpenAI-compatible servers; see docs/configuration.md.
+Dialect = Literal["vllm", "sglang", "llamacpp", "moonshot", "openai"]
+
+
+class UpstreamCapabilities(BaseModel):
+    """What the upstream can do; a request needing more gets a 400 before it leaves."""
+
+    tools: bool = True
+    json_schema: bool = True
+    vision: bool = False
+    reasoning: bool = True  # returns reasoning separately (or in <think> tags) by itself
+    prompt_cache: bool = False  # reports cached prompt tokens of its own
+
+
+class UpstreamConfig(BaseModel):
+    base_url: str  # up to and including /v1
+    name: str | None = None  # for logs and health; default: the base URL's host
+    api_key_env: str | None = None  # the environment variable holding the upstream's key
+    model: str | None = None  # the upstream's model name; default: the public model id
+    dialect: Dialect = "openai"
+    capabilities: UpstreamCapabilities = Field(default_factory=UpstreamCapabilities)
+    weight: int = Field(default=1, ge=1, le=1000)
+    max_output_tokens: int | None = Field(default=None, ge=1)  # the upstream's own cap
+    connect_timeout: float = Field(default=5.0, gt=0)
+    read_timeout: float = Field(default=60.0, gt=0)  # longest silence, before or within a stream
+    total_timeout: float = Field(default=1800.0, gt=0)
+    retries: int = Field(default=2, ge=0, le=10)  # per upstream, only before any output
+    backoff: float = Field(default=0.25, ge=0)  # first retry delay, doubling
+    max_retry_after: float = Field(default=10.0, ge=0)  # longest Retry-After honoured
+    breaker_threshold: int = Field(default=5, ge=1)
+    breaker_cooldown: float = Field(default=30.0, gt=0)
+    max_connections: int = Field(default=256, ge=1)
 
 
 class ModelRoute(BaseModel):
     """What one catalogue model id runs on. Unset fields fall back to the top-level ones."""
 
-    engine: Literal["embedded"] = "embedded"
+    engine: Literal["embedded", "upstream"] = "embedded"
     model: str | None = None
+    upstreams: list[UpstreamConfig] = Field(default_factory=list)  # tried in weighted order
+
+    @model_validator(mode="after")
+    def _upstreams_given(self) -> ModelRoute:
+        if self.engine == "upstream" and not self.upstreams:
+            raise ValueError("a route with engine 'upstream' needs at least one entry in 'upstreams'")
+        return self
 
 
 class Settings(BaseSettings):
@@ -103,6 +142,12 @@ class Settings(BaseSettings):
     cache_max_tokens: int | None = Field(default=None, ge=0)
     cache_ttl_scale: float = Field(default=1.0, gt=0, le=100)
     cache_groups: dict[str, list[str]] = Field(default_factory=dict)
+
+    # Upstreams (issue 9): `serve --upstream URL` serves every model id from that one server.
+    upstream: str | None = None
+    upstream_dialect: Dialect = "openai"
+    upstream_model: str | None = None
+    upstream_api_key_env: str | None = None
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # Overload (issue 12): a bounded, fair queue in front of each engine, bounded work per

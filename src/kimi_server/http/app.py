@@ -13,6 +13,7 @@ from kimi_server.gate.gateway import Gateway  # Gateway (issue 10)
 from kimi_server.gate.metrics import Metrics  # Gateway (issue 10)
 from kimi_server.http import cache_router, chat_router, docs_router, models_router, responses_router
 from kimi_server.http.admin_router import router as admin_api  # Gateway (issue 10)
+from kimi_server.http.coalesce import CoalesceStreams  # Upstreams (issue 9)
 from kimi_server.http.errors import install_error_handlers
 from kimi_server.http.limits import BodySizeLimit
 from kimi_server.http.metrics_router import router as metrics_api  # Gateway (issue 10)
@@ -73,4 +74,5 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     app.include_router(admin_api)
     app.include_router(metrics_api)
     app.add_middleware(RequestContext, metrics=metrics)
+    app.add_middleware(CoalesceStreams)  # Upstreams (issue 9): one write per ready batch of events
     return app

@@ -50,6 +50,13 @@ async def engine_stats(request: Request, principal: Principal = Depends(authenti
 
 @router.head("/health", include_in_schema=False)  # Overload (issue 12): probes that send HEAD
 @router.get("/health", tags=["Health"])
-async def health() -> dict[str, str]:
-    """Liveness; the only route that needs no key."""
+async def health(request: Request, deep: bool = False) -> dict[str, Any]:
+    """Liveness; the only route that needs no key. ``?deep=1`` (with a key) probes upstreams."""
+    # Upstreams (issue 9)
+    if deep:
+        from kimi_server.http.upstream_health import deep_health
+
+        state = app_state(request)
+        await authenticated(request)
+        return await deep_health(state.engines)
     return {"status": "ok"}

@@ -1,0 +1,32 @@
+"""What differs between upstream servers that all speak Chat Completions: how the request asks
+for reasoning at a given effort, and a few field names. Each dialect is one small module."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The catalogue's levels (low/high/max) in the three-level vocabulary most engines accept.
+THREE_LEVELS = {"low": "low", "high": "medium", "max": "high"}
+
+
+class Dialect:
+    name = "openai"
+    max_tokens_field = "max_tokens"
+    # Whether assistant turns may carry ``reasoning_content`` back to the upstream.
+    reasoning_history = True
+
+    def reasoning_controls(self, effort: str, native_reasoning: bool) -> dict[str, Any]:
+        """Body fields that ask for reasoning at ``effort`` (one of the catalogue's levels)."""
+        return {}
+
+    def extra(self, cache_ttl: str | None) -> dict[str, Any]:
+        """Any other fields; ``cache_ttl`` is set when the route's upstream keeps its own cache."""
+        return {}
+
+
+REGISTRY: dict[str, Dialect] = {}
+
+
+def register(dialect: Dialect) -> Dialect:
+    REGISTRY[dialect.name] = dialect
+    return dialect

@@ -1,0 +1,23 @@
+"""llama.cpp's ``llama-server`` (``--jinja``): ``reasoning_format: deepseek`` returns thinking in
+``reasoning_content``; ``enable_thinking`` is the template switch most thinking models read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimi_server.engines.upstream.dialects.base import Dialect, register
+
+
+class LlamaCppDialect(Dialect):
+    name = "llamacpp"
+
+    def reasoning_controls(self, effort: str, native_reasoning: bool) -> dict[str, Any]:
+        if not native_reasoning:
+            return {}
+        return {
+            "reasoning_format": "deepseek",
+            "chat_template_kwargs": {"enable_thinking": True, "reasoning_effort": effort},
+        }
+
+
+register(LlamaCppDialect())

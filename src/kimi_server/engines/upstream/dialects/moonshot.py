@@ -1,0 +1,23 @@
+"""Moonshot's own Kimi API: the contract itself, so the catalogue's effort levels and cache
+options go through unchanged and ``reasoning_content`` comes back as is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimi_server.engines.upstream.dialects.base import Dialect, register
+
+
+class MoonshotDialect(Dialect):
+    name = "moonshot"
+
+    def reasoning_controls(self, effort: str, native_reasoning: bool) -> dict[str, Any]:
+        return {"reasoning_effort": effort}
+
+    def extra(self, cache_ttl: str | None) -> dict[str, Any]:
+        if cache_ttl is None:
+            return {}
+        return {"prompt_cache_options": {"mode": "implicit", "ttl": cache_ttl}}
+
+
+register(MoonshotDialect())

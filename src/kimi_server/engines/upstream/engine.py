@@ -1,0 +1,154 @@
+"""The upstream engine: one public model id served by one or more upstream servers.
+
+Same ``Engine`` protocol as the embedded engine, so both endpoints, the catalogue's rules and
+the output shapes are the serving core's, unchanged. Retries and failover happen only while
+nothing has been yielded, so a client never sees output twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from typing import Any
+
+from kimi_server.engines.owner import current_owner
+from kimi_server.engines.types import EngineEvent, GenerationRequest
+from kimi_server.engines.upstream.errors import UpstreamStreamError, UpstreamUnavailableError
+from kimi_server.engines.upstream.normalise import Normaliser
+from kimi_server.engines.upstream.payload import build_body, check_capabilities
+from kimi_server.engines.upstream.relay import Failure, Upstream
+from kimi_server.engines.upstream.selection import weighted_order
+from kimi_server.errors import APIError
+
+log = logging.getLogger(__name__)
+
+# Slack over the output cap before an upstream's stream counts as endless.
+PIECE_SLACK = 64
+
+
+class UpstreamEngine:
+    def __init__(self, upstreams: Sequence[Upstream], name: str = "upstream") -> None:
+        if not upstreams:
+            raise ValueError("an upstream engine needs at least one upstream")
+        self.upstreams = list(upstreams)
+        self.name = name
+        self.counters = {"active_calls": 0, "cancelled_calls": 0, "retries": 0, "failovers": 0}
+        # The same two per API key (engines/owner.py), so a tenant sees only its own.
+        self.active_by: Counter[str] = Counter()
+        self.cancelled_by: Counter[str] = Counter()
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        for up in self.upstreams:
+            await up.close()
+
+    def accepts_images(self) -> bool:
+        return any(up.cfg.capabilities.vision for up in self.upstreams)
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.counters)
+
+    def tenant_stats(self, key_id: str) -> dict[str, int]:
+        return {"active_calls": self.active_by[key_id], "cancelled_calls": self.cancelled_by[key_id]}
+
+    def _candidates(self, req: GenerationRequest) -> list[Upstream]:
+        able: list[Upstream] = []
+        refusal: APIError | None = None
+        for up in self.upstreams:
+            try:
+                check_capabilities(req, up.cfg.capabilities)
+                able.append(up)
+            except APIError as exc:
+                refusal = refusal or exc
+        if not able and refusal is not None:
+            raise refusal
+        return weighted_order(able, [up.cfg.weight for up in able])
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
+        owner = current_owner.get() or ""
+        self.counters["active_calls"] += 1
+        self.active_by[owner] += 1
+        try:
+            async for event in self._generate(request):
+                yield event
+        except (GeneratorExit, asyncio.CancelledError):
+            self.counters["cancelled_calls"] += 1
+            self.cancelled_by[owner] += 1
+            raise
+        finally:
+            self.counters["active_calls"] -= 1
+            self.active_by[owner] -= 1
+            if self.active_by[owner] <= 0:
+                del self.active_by[owner]
+
+    async def _generate(self, req: GenerationRequest) -> AsyncIterator[EngineEvent]:
+        sent = False
+        last: APIError | None = None
+        for n, up in enumerate(self._candidates(req)):
+            if n and last is not None:
+                self.counters["failovers"] += 1
+            cfg = up.cfg
+            body = build_body(
+                req,
+                model=cfg.model or req.model,
+                dialect=up.dialect,
+                caps=cfg.capabilities,
+                max_output_tokens=cfg.max_output_tokens,
+            )
+            limit = body[up.dialect.max_tokens_field] + PIECE_SLACK
+            for attempt in range(cfg.retries + 1):
+                if not up.breaker.allow():
+                    last = last or UpstreamUnavailableError("The model's engines are all failing; retry later.")
+                    break
+                normaliser = Normaliser(
+                    report_cache=cfg.capabilities.prompt_cache, separate_writes=req.cache.separate_writes
+                )
+                deadline = time.monotonic() + cfg.total_timeout
+                try:
+                    async with aclosing(up.attempt(body, normaliser, piece_limit=limit, deadline=deadline)) as events:
+                        async for event in events:
+                            sent = True
+                            yield event
+                    up.breaker.success()
+                    return
+                except Failure as failure:
+                    if failure.counts:
+                        up.breaker.failure()
+                    else:
+                        up.breaker.release()
+                    log.warning("upstream %s: %s", up.name, failure.error.message)
+                    if sent:
+                        # Output has reached the client: no retry, the stream ends with an error.
+                        err = failure.error
+                        if not isinstance(err, UpstreamStreamError):
+                            err = UpstreamStreamError(err.message)
+                        raise err from None
+                    last = failure.error
+                    if not failure.failover:
+                        raise failure.error from None
+                    if not failure.retry or attempt == cfg.retries:
+                        break
+                    delay = cfg.backoff * (2**attempt)
+                    if failure.retry_after is not None:
+                        if failure.retry_after > cfg.max_retry_after:
+                            break  # too long to wait here: try the next upstream instead
+                        delay = max(delay, failure.retry_after)
+                    self.counters["retries"] += 1
+                    await asyncio.sleep(delay)
+                except BaseException:
+                    up.breaker.release()
+                    raise
+        raise last or UpstreamUnavailableError("No upstream engine could take the request.")
+
+    async def health(self, deep: bool) -> list[dict[str, Any]]:
+        from kimi_server.engines.upstream.health import check_upstream
+
+        if not deep:
+            return [{"name": up.name, "state": up.breaker.state} for up in self.upstreams]
+        return list(await asyncio.gather(*(check_upstream(up) for up in self.upstreams)))

@@ -1,0 +1,133 @@
+"""GenerationRequest -> the Chat Completions body an upstream receives.
+
+The catalogue's rules were applied when the request was built; here they become fields: the
+effort through the dialect's reasoning controls, the model's fixed sampling, the output cap.
+A request that needs something the upstream lacks is refused first, with a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimi_server.engines.types import GenerationRequest, Message
+from kimi_server.engines.upstream.dialects import Dialect
+from kimi_server.errors import InvalidRequestError
+from kimi_server.policy.catalogue import find_model
+from kimi_server.settings import UpstreamCapabilities
+
+
+def check_capabilities(req: GenerationRequest, caps: UpstreamCapabilities) -> None:
+    if req.tools and not caps.tools:
+        raise InvalidRequestError(
+            f"{req.model} is served by an upstream engine without tool support; send the "
+            "request without 'tools'.",
+            param="tools",
+            code="unsupported_parameter",
+        )
+    if any(t.kind == "custom" for t in req.tools):
+        raise InvalidRequestError(
+            f"Custom (freeform) tools are not available on {req.model}: its upstream engine "
+            "takes function tools only.",
+            param="tools",
+            code="unsupported_tool",
+        )
+    if req.output_format.kind == "json_schema" and not caps.json_schema:
+        raise InvalidRequestError(
+            f"{req.model} is served by an upstream engine without JSON Schema output; send the "
+            "request without a json_schema format.",
+            param="response_format",
+            code="unsupported_parameter",
+        )
+    if not caps.vision and any(m.images or m.videos for m in req.messages):
+        raise InvalidRequestError(
+            f"{req.model} is served by an upstream engine without vision; send text only.",
+            param="messages",
+            code="unsupported_content",
+        )
+
+
+def _content(msg: Message, vision: bool) -> str | list[dict[str, Any]]:
+    if not (vision and (msg.images or msg.videos)):
+        return msg.text
+    parts: list[dict[str, Any]] = []
+    if msg.text:
+        parts.append({"type": "text", "text": msg.text})
+    parts += [{"type": "image_url", "image_url": {"url": u}} for u in msg.images]
+    parts += [{"type": "video_url", "video_url": {"url": u}} for u in msg.videos]
+    return parts
+
+
+def _message(msg: Message, dialect: Dialect, vision: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": msg.role, "content": _content(msg, vision)}
+    if msg.role == "assistant":
+        if msg.reasoning and dialect.reasoning_history:
+            out["reasoning_content"] = msg.reasoning
+        if msg.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in msg.tool_calls
+            ]
+            if not msg.text:
+                out["content"] = None
+    if msg.tool_call_id is not None:
+        out["tool_call_id"] = msg.tool_call_id
+    if msg.name is not None and msg.role != "tool":
+        out["name"] = msg.name
+    return out
+
+
+def build_body(
+    req: GenerationRequest,
+    *,
+    model: str,
+    dialect: Dialect,
+    caps: UpstreamCapabilities,
+    max_output_tokens: int | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [_message(m, dialect, caps.vision) for m in req.messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    cap = req.max_output_tokens
+    body[dialect.max_tokens_field] = min(cap, max_output_tokens) if max_output_tokens else cap
+    spec = find_model(req.model)
+    if spec is not None:
+        body["temperature"] = spec.fixed_temperature
+        body["top_p"] = spec.fixed_top_p
+    if req.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    **({"description": t.description} if t.description else {}),
+                    "parameters": t.parameters or {"type": "object", "properties": {}},
+                    **({"strict": True} if t.strict else {}),
+                },
+            }
+            for t in req.tools
+        ]
+        choice = req.tool_choice
+        body["tool_choice"] = (
+            {"type": "function", "function": {"name": choice.name}} if choice.mode == "named" else choice.mode
+        )
+        if not req.parallel_tool_calls:
+            body["parallel_tool_calls"] = False
+    fmt = req.output_format
+    if fmt.kind == "json_object":
+        body["response_format"] = {"type": "json_object"}
+    elif fmt.kind == "json_schema":
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": fmt.name, "schema": fmt.schema, "strict": fmt.strict},
+        }
+    if req.stop:
+        body["stop"] = list(req.stop)
+    if req.seed is not None:
+        body["seed"] = req.seed
+    body.update(dialect.reasoning_controls(req.effort, caps.reasoning))
+    cacheable = caps.prompt_cache and spec is not None and spec.accepts_cache_options
+    body.update(dialect.extra(req.cache.ttl_label if cacheable else None))
+    return body

@@ -1,0 +1,152 @@
+"""End to end against a real upstream this project did not write: llama.cpp's own HTTP server
+(OpenAI-compatible), with kimi-server in front (`serve --upstream`), through the openai SDK."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import LiveServer, start_server, stop_server
+from tests.upstreams.fixtures import llamacpp_server
+
+pytestmark = pytest.mark.e2e
+
+PROMPT = [{"role": "user", "content": "Say hello."}]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+SCHEMA = {
+    "type": "object",
+    "properties": {"n": {"type": "integer"}},
+    "required": ["n"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    tmp = tmp_path_factory.mktemp("upstream-e2e")
+    with llamacpp_server(tmp) as upstream:
+        # A model name that cannot be loaded: with --upstream the embedded engine never starts.
+        proc, server = start_server(
+            tmp, "--upstream", upstream, "--upstream-dialect", "llamacpp", "--model", "no-such-model"
+        )
+        try:
+            yield server
+        finally:
+            stop_server(proc)
+
+
+def sdk(server: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key=server.key, max_retries=0, timeout=300)
+
+
+def test_models_lists_what_the_upstream_serves(front: LiveServer) -> None:
+    ids = {m.id for m in sdk(front).models.list()}
+    assert ids == {"kimi-k3.1-pro", "kimi-k3.1-pro-highspeed", "kimi-k3"}
+
+
+def test_chat_plain_and_streamed(front: LiveServer) -> None:
+    client = sdk(front)
+    resp = client.chat.completions.create(model="kimi-k3.1-pro", messages=PROMPT, max_completion_tokens=8)  # type: ignore[arg-type]
+    assert resp.model == "kimi-k3.1-pro"
+    assert resp.choices[0].message.content
+    assert resp.choices[0].finish_reason in ("stop", "length")
+    assert resp.usage is not None and resp.usage.prompt_tokens > 0
+    assert 0 < resp.usage.completion_tokens <= 8
+
+    stream = client.chat.completions.create(
+        model="kimi-k3.1-pro", messages=PROMPT, max_completion_tokens=8, stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert text
+    assert finishes in (["stop"], ["length"])
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens <= 8
+
+
+def test_catalogue_rules_are_enforced_before_the_request_leaves(front: LiveServer) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk(front).chat.completions.create(
+            model="kimi-k3", messages=PROMPT, temperature=0.3, max_completion_tokens=8  # type: ignore[arg-type]
+        )
+    assert info.value.body["param"] == "temperature"  # type: ignore[index]
+
+
+def test_chat_with_tools_round_trips(front: LiveServer) -> None:
+    resp = sdk(front).chat.completions.create(
+        model="kimi-k3.1-pro",
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        tools=[WEATHER],  # type: ignore[list-item]
+        max_completion_tokens=24,
+    )
+    choice = resp.choices[0]
+    # This llama.cpp build answers tool requests for the tiny model in text; either way the
+    # answer has the contract's shape and its finish reason agrees with it.
+    if choice.message.tool_calls:
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.tool_calls[0].function.name == "get_weather"  # type: ignore[union-attr]
+    else:
+        assert choice.finish_reason in ("stop", "length")
+        assert choice.message.content
+
+
+def test_chat_json_schema_plain_and_streamed(front: LiveServer) -> None:
+    client = sdk(front)
+    fmt: Any = {"type": "json_schema", "json_schema": {"name": "number", "schema": SCHEMA, "strict": True}}
+    messages: Any = [{"role": "user", "content": "Give me a number as JSON."}]
+    resp = client.chat.completions.create(
+        model="kimi-k3.1-pro", messages=messages, response_format=fmt, max_completion_tokens=24
+    )
+    assert isinstance(json.loads(resp.choices[0].message.content or "")["n"], int)
+    stream = client.chat.completions.create(
+        model="kimi-k3.1-pro", messages=messages, response_format=fmt, max_completion_tokens=24, stream=True
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert isinstance(json.loads(text)["n"], int)
+
+
+def test_responses_plain_and_streamed_with_schema(front: LiveServer) -> None:
+    client = sdk(front)
+    resp = client.responses.create(model="kimi-k3.1-pro", input="Say hello.", max_output_tokens=8)
+    assert resp.output_text
+    assert resp.usage is not None and resp.usage.output_tokens <= 8
+    fmt: Any = {"format": {"type": "json_schema", "name": "number", "schema": SCHEMA, "strict": True}}
+    events = list(
+        client.responses.create(
+            model="kimi-k3.1-pro", input="Give me a number as JSON.", text=fmt, max_output_tokens=24, stream=True
+        )
+    )
+    types = [e.type for e in events]
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+    final = events[-1].response  # type: ignore[union-attr]
+    assert isinstance(json.loads(final.output_text)["n"], int)
+
+
+def test_responses_with_tools(front: LiveServer) -> None:
+    tool: Any = {"type": "function", **WEATHER["function"]}  # type: ignore[dict-item]
+    resp = sdk(front).responses.create(
+        model="kimi-k3.1-pro", input="What is the weather in Paris?", tools=[tool], max_output_tokens=24
+    )
+    kinds = {item.type for item in resp.output}
+    assert kinds & {"message", "function_call"}
+
+
+def test_deep_health_reports_the_upstream(front: LiveServer) -> None:
+    root = front.base_url.removesuffix("/v1")
+    assert httpx.get(f"{root}/health?deep=1").status_code == 401
+    report = httpx.get(f"{root}/health?deep=1", headers={"Authorization": f"Bearer {front.key}"}).json()
+    [up] = report["upstreams"]
+    assert up["ok"] is True and up["state"] == "closed" and up["dialect"] == "llamacpp"
