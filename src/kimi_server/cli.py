@@ -11,9 +11,12 @@ import uvicorn
 from rich.console import Console
 
 from kimi_server.models.cli import models_app
+from kimi_server.search.cli import search_app  # Web search index (issue 11)
 
 app = typer.Typer(name="kimi-server", help="A self-hosted server for the Kimi API.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+# Web search index (issue 11)
+app.add_typer(search_app, name="search")
 console = Console(stderr=True)
 
 

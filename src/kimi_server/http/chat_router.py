@@ -14,6 +14,7 @@ from kimi_server.protocol.chat import ChatCompletionRequest
 from kimi_server.protocol.common import ErrorBody
 from kimi_server.serving import chat
 from kimi_server.serving.chat_request import build_chat_request
+from kimi_server.serving.web_search import CountedEngine, check_search_tools, resolve_chat_searches
 
 router = APIRouter(tags=["Chat Completions"])
 
@@ -39,6 +40,11 @@ async def create_chat_completion(
         accepts_images=engine.accepts_images() if engine else False,
     )
     engine = state.engines.for_model(gen.model)
+    # Web search (issue 11): the server runs the searches the conversation's tool messages ask for.
+    check_search_tools(body.tools, state.searcher)
+    gen, searches = await resolve_chat_searches(gen, state.searcher)
+    if searches:
+        engine = CountedEngine(engine, searches)
     if not body.stream:
         return JSONResponse(await chat.complete(engine, gen))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -13,8 +13,12 @@ from kimi_server.http.sse import event_frame, prime
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.protocol.common import ErrorBody
 from kimi_server.protocol.responses import ResponsesRequest
-from kimi_server.serving import responses
+from kimi_server.serving import (
+    responses,
+    responses_search,  # Web search (issue 11)
+)
 from kimi_server.serving.responses_request import build_responses_request
+from kimi_server.serving.web_search import check_search_tools  # Web search (issue 11)
 
 router = APIRouter(tags=["Responses"])
 
@@ -48,6 +52,24 @@ async def create_response(
         sealer=state.sealer,
     )
     engine = state.engines.for_model(plan.gen.model)
+    # Web search (issue 11): the server searches within this one request.
+    check_search_tools(body.tools, state.searcher)
+    if state.searcher is not None and responses_search.has_web_search(plan.gen):
+        builder = responses_search.SearchingBuilder(
+            plan,
+            state.sealer,
+            state.searcher,
+            include=body.include or (),
+            max_calls=state.settings.web_search_max_calls,
+        )
+        first = await prime(engine.generate(plan.gen))
+        if not body.stream:
+            return JSONResponse(await responses_search.complete(builder, engine, first))
+        return StreamingResponse(
+            responses_sse(responses_search.stream(builder, engine, first)),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     # The first engine event is pulled before anything is sent, so early failures are HTTP errors.
     events = await prime(engine.generate(plan.gen))
     if not body.stream:

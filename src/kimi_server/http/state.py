@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from kimi_server.gate.auth import KeyRing, Principal
+from kimi_server.search.searcher import Searcher
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.sealing import Sealer
 from kimi_server.settings import Settings
@@ -18,6 +19,7 @@ class AppState:
     engines: EngineSet
     keys: KeyRing
     sealer: Sealer
+    searcher: Searcher | None = None  # Web search (issue 11): None when no provider
 
 
 def app_state(request: Request) -> AppState:

@@ -59,7 +59,7 @@ def _output_grammar(request: GenerationRequest) -> Grammar | None:
 
 
 def plan_answer(request: GenerationRequest, syntax: CallSyntax) -> AnswerPlan:
-    tools = tuple(t for t in request.tools if t.kind in ("function", "custom"))
+    tools = tuple(t for t in request.tools if t.kind in ("function", "custom", "web_search"))
     choice = request.tool_choice
     structured = _output_grammar(request)
     if not tools or choice.mode == "none":

@@ -18,6 +18,7 @@ from kimi_server.engines.llamacpp.prompt_cache import CacheLimits, CacheStats, P
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
 from kimi_server.engines.types import EngineEvent, GenerationRequest
+from kimi_server.engines.web_search_tool import expose_web_search
 from kimi_server.errors import EngineUnavailableError
 from kimi_server.parsers.reasoning import get_reasoning_format
 
@@ -150,6 +151,7 @@ class EmbeddedEngine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
         if self._runner is None or self._checker is None:
             raise EngineUnavailableError("The engine is not running.")
+        request = expose_web_search(request)  # issue 11: $web_search as a function
         plan = plan_answer(request, self.syntax)
         # Before the first event: a schema the grammar compiler rejects is still a plain 400.
         await self._checker.check(plan, request)

@@ -100,7 +100,7 @@ class ChatTemplate:
             "bos_token": self._bos,
             "eos_token": self._eos,
         }
-        fn_tools = [t for t in tools if t.kind in ("function", "custom")]
+        fn_tools = [t for t in tools if t.kind in ("function", "custom", "web_search")]
         if fn_tools and self.native_tools:
             context["tools"] = [_tool_dict(t) for t in fn_tools]
         elif fn_tools:
