@@ -13,6 +13,7 @@ from kimi_server.http import cache_router, chat_router, docs_router, models_rout
 from kimi_server.http.errors import install_error_handlers
 from kimi_server.http.limits import BodySizeLimit
 from kimi_server.http.state import AppState
+from kimi_server.media.intake import MediaIntake  # Media input (issue 11)
 from kimi_server.search.setup import build_searcher  # Web search (issue 11)
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.sealing import Sealer, load_or_create_key
@@ -44,6 +45,7 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     app.state.kimi = AppState(settings=settings, engines=engines, keys=keys, sealer=sealer)
     # Web search (issue 11)
     app.state.kimi.searcher = build_searcher(settings)
+    app.state.kimi.media = MediaIntake.from_settings(settings)  # Media input (issue 11)
     install_error_handlers(app)
     app.include_router(chat_router.router)
     app.include_router(responses_router.router)

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from kimi_server.gate.auth import Principal
 from kimi_server.http.sse import chat_sse, prime
 from kimi_server.http.state import app_state, authenticated
+from kimi_server.media import intake as media_intake  # Media input (issue 11)
 from kimi_server.protocol.chat import ChatCompletionRequest
 from kimi_server.protocol.common import ErrorBody
 from kimi_server.serving import chat
@@ -43,6 +44,9 @@ async def create_chat_completion(
     # Web search (issue 11): the server runs the searches the conversation's tool messages ask for.
     check_search_tools(body.tools, state.searcher)
     gen, searches = await resolve_chat_searches(gen, state.searcher)
+    # Media input (issue 11): every image and video checked, as data URLs, before the engine.
+    if state.media is not None:
+        gen = media_intake.apply(gen, await state.media.check(media_intake.chat_parts(body.messages)))
     if searches:
         engine = CountedEngine(engine, searches)
     if not body.stream:

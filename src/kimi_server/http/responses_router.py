@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -11,6 +12,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from kimi_server.gate.auth import Principal
 from kimi_server.http.sse import event_frame, prime
 from kimi_server.http.state import app_state, authenticated
+from kimi_server.media import intake as media_intake  # Media input (issue 11)
 from kimi_server.protocol.common import ErrorBody
 from kimi_server.protocol.responses import ResponsesRequest
 from kimi_server.serving import (
@@ -54,6 +56,10 @@ async def create_response(
     engine = state.engines.for_model(plan.gen.model)
     # Web search (issue 11): the server searches within this one request.
     check_search_tools(body.tools, state.searcher)
+    # Media input (issue 11): every image checked, as data URLs, before the engine.
+    if state.media is not None:
+        checked = await state.media.check(media_intake.responses_parts(body.input))
+        plan = replace(plan, gen=media_intake.apply(plan.gen, checked))
     if state.searcher is not None and responses_search.has_web_search(plan.gen):
         builder = responses_search.SearchingBuilder(
             plan,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from kimi_server.gate.auth import KeyRing, Principal
+from kimi_server.media.intake import MediaIntake
 from kimi_server.search.searcher import Searcher
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.sealing import Sealer
@@ -20,6 +21,7 @@ class AppState:
     keys: KeyRing
     sealer: Sealer
     searcher: Searcher | None = None  # Web search (issue 11): None when no provider
+    media: MediaIntake | None = None  # Media input (issue 11)
 
 
 def app_state(request: Request) -> AppState:
