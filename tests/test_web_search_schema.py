@@ -258,3 +258,13 @@ def test_responses_refused_without_provider(engine: ScriptedEngine, tmp_path: Pa
     with make_client(engine, tmp_path, web_search_provider="none") as c:
         r = c.post("/v1/responses", json=responses_body())
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0]"
+
+
+def test_output_with_search_items_replays_as_input(client: TestClient, engine: ScriptedEngine) -> None:
+    first = client.post("/v1/responses", json=responses_body()).json()
+    items = [{"role": "user", "content": "Search it."}, *first["output"], {"role": "user", "content": "Thanks!"}]
+    before = len(engine.requests)
+    r = client.post("/v1/responses", json=responses_body(input=items))
+    assert r.status_code == 200, r.text
+    roles = [m.role for m in engine.requests[before].messages]
+    assert roles == ["user", "assistant", "user"]

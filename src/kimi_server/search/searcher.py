@@ -86,6 +86,7 @@ def as_tool_text(outcome: SearchOutcome) -> str:
     lines = [f"Web search results for {outcome.query!r}:"]
     for n, h in enumerate(outcome.hits, 1):
         lines.append(f"[{n}] {h.title}\nURL: {h.url}\n{h.snippet}")
+    lines.append("Answer the user's question in your own words from these results.")
     return "\n\n".join(lines)
 
 

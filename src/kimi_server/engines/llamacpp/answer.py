@@ -66,7 +66,10 @@ def plan_answer(request: GenerationRequest, syntax: CallSyntax) -> AnswerPlan:
         return AnswerPlan(syntax, (), structured, None, "text")
     if choice.mode == "named":
         tools = tuple(t for t in tools if t.name == choice.name)
-    calls = calls_grammar(syntax, tools, parallel=request.parallel_tool_calls)
+    # One call per turn when web search is declared: small models repeat a search call until the
+    # budget runs out, and the answer may search again once it has the results (issue 11).
+    searching = any(t.kind == "web_search" for t in tools)
+    calls = calls_grammar(syntax, tools, parallel=request.parallel_tool_calls and not searching)
     if choice.mode in ("required", "named"):
         return AnswerPlan(syntax, tools, None, calls, "calls")
     text = structured if structured is not None else text_grammar(syntax, tools)
