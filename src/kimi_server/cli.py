@@ -35,6 +35,10 @@ def serve(
     parallel: Annotated[int | None, typer.Option(help="Concurrent generation slots.")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads (0: one per core).")] = None,
     models_dir: Annotated[Path | None, typer.Option(help="Where pulled models are kept.")] = None,
+    # Media input (issue 11)
+    mmproj: Annotated[
+        Path | None, typer.Option(help="Multimodal projector (GGUF) for the embedded model: it sees images.")
+    ] = None,
 ) -> None:
     """Serve the Kimi API."""
     from kimi_server.bootstrap import build_engines, build_keys
@@ -53,6 +57,7 @@ def serve(
             parallel=parallel,
             threads=threads,
             models_dir=models_dir,
+            mmproj=mmproj,  # Media input (issue 11)
         )
         engines = build_engines(settings)
     except (ModelPullError, FileNotFoundError, ValueError) as exc:

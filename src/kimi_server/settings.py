@@ -99,6 +99,7 @@ class Settings(BaseSettings):
     media_max_video_bytes: int = Field(default=50 * 1024 * 1024, ge=1024)
     media_max_video_seconds: float = Field(default=120.0, gt=0)
     media_max_parts: int = Field(default=16, ge=1, le=256)  # image and video parts per request
+    mmproj: Path | None = None  # the embedded model's multimodal projector (GGUF): it sees images
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
