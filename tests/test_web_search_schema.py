@@ -145,7 +145,9 @@ def test_chat_search_streams_and_mixes_with_functions(client: TestClient, engine
     assert kinds == ["function", "web_search"] or kinds == ["web_search", "function"]
 
 
-def test_chat_searches_are_counted_once(client: TestClient, engine: ScriptedEngine) -> None:
+def test_chat_searches_are_counted_once(
+    client: TestClient, engine: ScriptedEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kimi_server.serving import web_search
 
     counted: list[int] = []
@@ -159,7 +161,7 @@ def test_chat_searches_are_counted_once(client: TestClient, engine: ScriptedEngi
     assistant = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "builtin_function", "function": {"name": "$web_search", "arguments": SEARCH_ARGS}}]}
     echo = {"role": "tool", "tool_call_id": "c1", "content": SEARCH_ARGS}
-    pytest.MonkeyPatch().setattr(web_search.CountedEngine, "__post_init__", spy)
+    monkeypatch.setattr(web_search.CountedEngine, "__post_init__", spy)
     for _ in range(2):
         assert client.post(CHAT, json=chat_body([user, assistant, echo])).status_code == 200
     assert counted == [1]  # the second request was served from the search cache, uncounted
@@ -268,3 +270,19 @@ def test_output_with_search_items_replays_as_input(client: TestClient, engine: S
     assert r.status_code == 200, r.text
     roles = [m.role for m in engine.requests[before].messages]
     assert roles == ["user", "assistant", "user"]
+
+
+def test_counted_engine_reports_searches_in_usage() -> None:
+    import asyncio
+
+    from kimi_server.engines.types import Finish, GenerationRequest, Message, ReasoningBudget
+    from kimi_server.serving.web_search import CountedEngine
+
+    request = GenerationRequest("kimi-k3.1-pro", (Message("user", "x"),), "low", ReasoningBudget(1, 2), 50)
+
+    async def last() -> Finish:
+        events = [e async for e in CountedEngine(ScriptedEngine(), 2).generate(request)]
+        assert isinstance(events[-1], Finish)
+        return events[-1]
+
+    assert asyncio.run(last()).usage.web_search_calls == 2

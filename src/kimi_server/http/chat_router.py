@@ -41,12 +41,12 @@ async def create_chat_completion(
         accepts_images=engine.accepts_images() if engine else False,
     )
     engine = state.engines.for_model(gen.model)
-    # Web search (issue 11): the server runs the searches the conversation's tool messages ask for.
-    check_search_tools(body.tools, state.searcher)
-    gen, searches = await resolve_chat_searches(gen, state.searcher)
     # Media input (issue 11): every image and video checked, as data URLs, before the engine.
     if state.media is not None:
         gen = media_intake.apply(gen, await state.media.check(media_intake.chat_parts(body.messages)))
+    # Web search (issue 11): the server runs the searches the conversation's tool messages ask for.
+    check_search_tools(body.tools, state.searcher)
+    gen, searches = await resolve_chat_searches(gen, state.searcher)
     if searches:
         engine = CountedEngine(engine, searches)
     if not body.stream:
