@@ -142,13 +142,11 @@ def _check_video(data: bytes, where: str, limits: MediaLimits) -> None:
             width, height = stream.codec_context.width, stream.codec_context.height
             if width * height > limits.max_image_pixels:
                 raise refuse(where, "the video's frames have too many pixels.", "media_too_large")
-            frames = 0
-            for frame in container.decode(stream):
-                frames += 1
-                if frames >= 1 and frame is not None:
-                    break
-            if not frames:
+            if next(iter(container.decode(stream)), None) is None:
                 raise refuse(where, "the video has no decodable frame.")
+            # Read every packet to the end (cheap, no decoding): a cut-off file fails here.
+            for _ in container.demux(stream):
+                pass
     except InvalidRequestError:
         raise
     except Exception:

@@ -7,6 +7,7 @@ The instance must have the ``json`` format enabled in its ``settings.yml``. Ever
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -50,8 +51,6 @@ class SearxngProvider:
 
 
 def _hits(body: bytes, limit: int) -> tuple[SearchHit, ...]:
-    import json
-
     try:
         data: Any = json.loads(body)
     except ValueError:
