@@ -218,8 +218,10 @@ def test_images_refused_by_text_model(client: TestClient) -> None:
     assert err["param"] == "messages[0].content[1]" and "image" in err["message"]
 
 
-def test_web_search_needs_operator_consent(client: TestClient) -> None:
-    assert_error(client.post(URL, json=body(tools=[{"type": "web_search"}])), 400, "tools[0]")
+def test_unknown_builtin_function_refused(client: TestClient) -> None:
+    # Web search itself is tested in test_web_search_schema.py (issue 11).
+    tool = {"type": "builtin_function", "function": {"name": "$browse"}}
+    assert_error(client.post(URL, json=body(tools=[tool])), 400, "tools[0].function.name")
 
 
 def test_malformed_bodies(client: TestClient) -> None:

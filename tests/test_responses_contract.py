@@ -231,7 +231,6 @@ def test_store_true_is_answered_with_store_false(client: TestClient) -> None:
         ),
         ({"tools": [{"type": "file_search"}]}, "tools[0]"),
         ({"tools": [{"type": "custom", "name": "run_shell"}]}, "tools[0].name"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0]"),
         ({"tools": [weather_tool(), weather_tool()]}, "tools[1].name"),
         (
             {

@@ -54,6 +54,7 @@ def build_engines(settings: Settings) -> EngineSet:
                     cache_enabled=settings.cache_enabled,
                     cache_ttl_scale=settings.cache_ttl_scale,
                     cache_groups=groups,
+                    mmproj=settings.mmproj,  # Media input (issue 11)
                 )
             )
         by_model[spec.id] = by_path[path]

@@ -13,6 +13,7 @@ from rich.console import Console
 from kimi_server.gate.cli import keys_app  # Gateway (issue 10)
 from kimi_server.gate.cli import usage as usage_command  # Gateway (issue 10)
 from kimi_server.models.cli import models_app
+from kimi_server.search.cli import search_app  # Web search index (issue 11)
 
 app = typer.Typer(name="kimi-server", help="A self-hosted server for the Kimi API.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
@@ -22,6 +23,8 @@ app.command("usage")(usage_command)  # Gateway (issue 10)
 from kimi_server.engines.upstream.cli import upstreams_app  # noqa: E402
 
 app.add_typer(upstreams_app, name="upstreams")
+# Web search index (issue 11)
+app.add_typer(search_app, name="search")
 console = Console(stderr=True)
 
 
@@ -51,6 +54,10 @@ def serve(
         str | None, typer.Option(help="vllm, sglang, llamacpp, moonshot or openai (default).")
     ] = None,
     upstream_model: Annotated[str | None, typer.Option(help="The upstream's model name.")] = None,
+    # Media input (issue 11)
+    mmproj: Annotated[
+        Path | None, typer.Option(help="Multimodal projector (GGUF) for the embedded model: it sees images.")
+    ] = None,
 ) -> None:
     """Serve the Kimi API."""
     from kimi_server.bootstrap import build_engines, build_keys
@@ -74,6 +81,7 @@ def serve(
             upstream=upstream,  # Upstreams (issue 9)
             upstream_dialect=upstream_dialect,
             upstream_model=upstream_model,
+            mmproj=mmproj,  # Media input (issue 11)
         )
         engines = build_engines(settings)
     except (ModelPullError, FileNotFoundError, ValueError) as exc:

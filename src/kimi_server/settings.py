@@ -148,6 +148,23 @@ class Settings(BaseSettings):
     upstream_dialect: Dialect = "openai"
     upstream_model: str | None = None
     upstream_api_key_env: str | None = None
+    # Web search and media (issue 11): docs/web-search.md, docs/media.md.
+    web_search_provider: Literal["none", "local", "searxng"] = "local"
+    web_search_index: Path | None = None  # None: <data_dir>/search-index.sqlite3
+    web_search_url: str | None = None  # the SearXNG instance, e.g. http://127.0.0.1:8888
+    web_search_api_key: str | None = None  # sent as a Bearer token, for instances behind a proxy
+    web_search_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    web_search_max_results: int = Field(default=5, ge=1, le=20)
+    web_search_token_budget: int = Field(default=1200, ge=50, le=32768)
+    web_search_max_calls: int = Field(default=2, ge=1, le=8)  # searches per Responses request
+    media_allowed_hosts: list[str] = Field(default_factory=list)  # http(s) media URLs: none
+    media_fetch_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    media_max_image_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    media_max_image_pixels: int = Field(default=25_000_000, ge=1)
+    media_max_video_bytes: int = Field(default=50 * 1024 * 1024, ge=1024)
+    media_max_video_seconds: float = Field(default=120.0, gt=0)
+    media_max_parts: int = Field(default=16, ge=1, le=256)  # image and video parts per request
+    mmproj: Path | None = None  # the embedded model's multimodal projector (GGUF): it sees images
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # Overload (issue 12): a bounded, fair queue in front of each engine, bounded work per

@@ -95,6 +95,8 @@ class Usage:
     cache_write_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
+    # Searches the server ran for this request (issue 11); not on the wire, for ledgers.
+    web_search_calls: int = 0
 
     @property
     def total_tokens(self) -> int:

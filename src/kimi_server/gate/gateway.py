@@ -214,8 +214,10 @@ class Gateway:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def metered(self, engine: Engine, ticket: Ticket, request: Request | None = None) -> MeteredEngine:
-        return MeteredEngine(engine, self, ticket, request)
+    def metered(
+        self, engine: Engine, ticket: Ticket, request: Request | None = None, *, searches: int = 0
+    ) -> MeteredEngine:
+        return MeteredEngine(engine, self, ticket, request, searches)
 
     # -- the end of a request ------------------------------------------------------------------
 
@@ -267,8 +269,11 @@ class MeteredEngine:
     """An engine whose events are counted: the ledger row is committed before ``Finish``
     passes on (so before the usage reaches the client), or queued if the request ends early."""
 
-    def __init__(self, inner: Engine, gateway: Gateway, ticket: Ticket, request: Request | None) -> None:
+    def __init__(
+        self, inner: Engine, gateway: Gateway, ticket: Ticket, request: Request | None, searches: int = 0
+    ) -> None:
         self.inner = inner
+        self._searches = searches  # run by the server for this request, before the engine
         self.name = inner.name
         self._gateway = gateway
         self._ticket = ticket
@@ -289,7 +294,8 @@ class MeteredEngine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
         gw, t = self._gateway, self._ticket
         first: float | None = None
-        reasoning = completion = searches = 0
+        reasoning = completion = 0
+        searches = self._searches
         recorded = False
         status = "cancelled"
         events = self.inner.generate(request)
@@ -297,7 +303,7 @@ class MeteredEngine:
             async for event in events:
                 if isinstance(event, Finish):
                     ttft = None if first is None else first - t.started
-                    row = gw._row(t, "completed", event.usage, searches, ttft)
+                    row = gw._row(t, "completed", event.usage, searches + event.usage.web_search_calls, ttft)
                     recorded = True
                     gw._account(t, row, ttft)
                     if self._request is not None:
@@ -310,12 +316,8 @@ class MeteredEngine:
                 if isinstance(event, ReasoningDelta):
                     reasoning += 1
                     completion += 1
-                elif isinstance(event, ContentDelta):
+                elif isinstance(event, ContentDelta | ToolCallDelta):
                     completion += 1
-                elif isinstance(event, ToolCallDelta):
-                    completion += 1
-                    if event.kind == "builtin_function" and event.id:
-                        searches += 1
                 yield event
         except Exception:
             status = "failed"

@@ -25,7 +25,9 @@ async def admit_request(
     *,
     endpoint: str,
     param: str,
+    searches: int = 0,
 ) -> Engine:
+    """``searches``: web searches the server already ran for this request (billed with it)."""
     gateway = app_state(request).gateway
     if gateway is None:
         await admit(request, principal, engine, gen, param=param)
@@ -36,4 +38,4 @@ async def admit_request(
     except BaseException:
         gateway.refund(ticket)
         raise
-    return gateway.metered(engine, ticket, request)
+    return gateway.metered(engine, ticket, request, searches=searches)

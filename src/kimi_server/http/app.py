@@ -20,6 +20,8 @@ from kimi_server.http.metrics_router import router as metrics_api  # Gateway (is
 from kimi_server.http.overload import AdmissionSet, OverloadGuard
 from kimi_server.http.request_context import RequestContext  # Gateway (issue 10)
 from kimi_server.http.state import AppState
+from kimi_server.media.intake import MediaIntake  # Media input (issue 11)
+from kimi_server.search.setup import build_searcher  # Web search (issue 11)
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.sealing import Sealer, load_or_create_key
 from kimi_server.settings import Settings
@@ -59,6 +61,9 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     app.state.kimi = AppState(settings=settings, engines=engines, keys=keys, sealer=sealer)
     app.state.kimi.gateway = gateway  # Gateway (issue 10)
     app.state.kimi_metrics = metrics  # Gateway (issue 10)
+    # Web search (issue 11)
+    app.state.kimi.searcher = build_searcher(settings)
+    app.state.kimi.media = MediaIntake.from_settings(settings)  # Media input (issue 11)
     install_error_handlers(app)
     app.include_router(chat_router.router)
     app.include_router(responses_router.router)

@@ -12,10 +12,12 @@ from kimi_server.http.admit import admit_request
 from kimi_server.http.overload import until_disconnected
 from kimi_server.http.sse import chat_sse, prime
 from kimi_server.http.state import app_state, authenticated
+from kimi_server.media import intake as media_intake  # Media input (issue 11)
 from kimi_server.protocol.chat import ChatCompletionRequest
 from kimi_server.protocol.common import ErrorBody
 from kimi_server.serving import chat
 from kimi_server.serving.chat_request import build_chat_request
+from kimi_server.serving.web_search import check_search_tools, resolve_chat_searches
 
 router = APIRouter(tags=["Chat Completions"])
 
@@ -41,7 +43,15 @@ async def create_chat_completion(
         accepts_images=engine.accepts_images() if engine else False,
     )
     engine = state.engines.for_model(gen.model)
-    engine = await admit_request(request, principal, engine, gen, endpoint="chat.completions", param="messages")
+    # Media input (issue 11): every image and video checked, as data URLs, before the engine.
+    if state.media is not None:
+        gen = media_intake.apply(gen, await state.media.check(media_intake.chat_parts(body.messages)))
+    # Web search (issue 11): the server runs the searches the conversation's tool messages ask for.
+    check_search_tools(body.tools, state.searcher)
+    gen, searches = await resolve_chat_searches(gen, state.searcher)
+    engine = await admit_request(
+        request, principal, engine, gen, endpoint="chat.completions", param="messages", searches=searches
+    )
     if not body.stream:
         return JSONResponse(await until_disconnected(request, chat.complete(engine, gen)))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -13,10 +14,15 @@ from kimi_server.http.admit import admit_request
 from kimi_server.http.overload import until_disconnected
 from kimi_server.http.sse import event_frame, prime
 from kimi_server.http.state import app_state, authenticated
+from kimi_server.media import intake as media_intake  # Media input (issue 11)
 from kimi_server.protocol.common import ErrorBody
 from kimi_server.protocol.responses import ResponsesRequest
-from kimi_server.serving import responses
+from kimi_server.serving import (
+    responses,
+    responses_search,  # Web search (issue 11)
+)
 from kimi_server.serving.responses_request import build_responses_request
+from kimi_server.serving.web_search import check_search_tools  # Web search (issue 11)
 
 router = APIRouter(tags=["Responses"])
 
@@ -50,7 +56,34 @@ async def create_response(
         sealer=state.sealer,
     )
     engine = state.engines.for_model(plan.gen.model)
+    # Web search (issue 11): the server searches within this one request.
+    check_search_tools(body.tools, state.searcher)
+    # Media input (issue 11): every image checked, as data URLs, before the engine.
+    if state.media is not None:
+        checked = await state.media.check(media_intake.responses_parts(body.input))
+        plan = replace(plan, gen=media_intake.apply(plan.gen, checked))
     engine = await admit_request(request, principal, engine, plan.gen, endpoint="responses", param="input")
+    if state.searcher is not None and responses_search.has_web_search(plan.gen):
+        builder = responses_search.SearchingBuilder(
+            plan,
+            state.sealer,
+            state.searcher,
+            include=body.include or (),
+            max_calls=state.settings.web_search_max_calls,
+        )
+        if not body.stream:
+
+            async def searched() -> dict[str, Any]:
+                first = await prime(engine.generate(plan.gen))
+                return await responses_search.complete(builder, engine, first)
+
+            return JSONResponse(await until_disconnected(request, searched()))
+        first = await prime(engine.generate(plan.gen))
+        return StreamingResponse(
+            responses_sse(responses_search.stream(builder, engine, first)),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     if not body.stream:
 
         async def answer() -> dict[str, Any]:

@@ -8,6 +8,8 @@ from fastapi import Request
 
 from kimi_server.gate.auth import KeyRing, Principal
 from kimi_server.gate.gateway import Gateway
+from kimi_server.media.intake import MediaIntake
+from kimi_server.search.searcher import Searcher
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.sealing import Sealer
 from kimi_server.settings import Settings
@@ -20,6 +22,8 @@ class AppState:
     keys: KeyRing
     sealer: Sealer
     gateway: Gateway | None = None  # Gateway (issue 10): None when turned off
+    searcher: Searcher | None = None  # Web search (issue 11): None when no provider
+    media: MediaIntake | None = None  # Media input (issue 11)
 
 
 def app_state(request: Request) -> AppState:

@@ -197,8 +197,17 @@ class ReasoningItem(WireModel):
     encrypted_content: str | None = None
 
 
+class WebSearchCallItem(WireModel):
+    """A web_search_call from an earlier response, sent back as history (issue 11): accepted
+    so output can be replayed as input; the search already shaped the message after it."""
+
+    type: Literal["web_search_call"]
+    id: str | None = None
+
+
 InputItem = (
-    MessageItem
+    WebSearchCallItem
+    | MessageItem
     | FunctionCallItem
     | CustomToolCallItem
     | FunctionCallOutputItem
@@ -213,6 +222,7 @@ ITEM_MODELS: dict[str, type[InputItem]] = {
     "function_call_output": FunctionCallOutputItem,
     "custom_tool_call_output": CustomToolCallOutputItem,
     "reasoning": ReasoningItem,
+    "web_search_call": WebSearchCallItem,  # issue 11
 }
 
 

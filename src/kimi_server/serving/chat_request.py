@@ -32,7 +32,6 @@ from kimi_server.serving.common import (
     check_output_format,
     check_tool_choice,
     check_tools,
-    check_web_search,
 )
 
 
@@ -145,7 +144,6 @@ def build_chat_request(
         raise InvalidRequestError("'stop' takes at most 4 sequences.", param="stop")
     tools = _tools(body)
     check_tools(tools, "tools")
-    check_web_search(tools, "tools")
     choice = _tool_choice(body)
     check_tool_choice(choice, tools, "tool_choice")
     fmt = _output_format(body)

@@ -123,17 +123,6 @@ def check_tools(
         )
 
 
-def check_web_search(tools: list[ToolSpec], param: str) -> None:
-    for i, tool in enumerate(tools):
-        if tool.kind == "web_search":
-            raise InvalidRequestError(
-                f"'{param}[{i}]' asks for web search, which is not enabled on this server: it "
-                "fetches pages from the internet, which an operator must allow first.",
-                param=f"{param}[{i}]",
-                code="unsupported_tool",
-            )
-
-
 def check_tool_choice(choice: ToolChoice, tools: list[ToolSpec], param: str) -> None:
     names = {t.name for t in tools if t.kind != "web_search"}
     if choice.mode == "required" and not tools:

@@ -111,8 +111,20 @@ class ResponseBuilder:
     # --- the event sequence -------------------------------------------------------------------
 
     async def run(self, events: AsyncIterator[EngineEvent]) -> AsyncIterator[Event]:
-        yield self._event("response.created", response=self.response("in_progress"))
-        yield self._event("response.in_progress", response=self.response("in_progress"))
+        for out in self._start():
+            yield out
+        async with aclosing(self.run_answer(events)) as answer:  # type: ignore[type-var]
+            async for out in answer:
+                yield out
+
+    def _start(self) -> list[Event]:
+        return [
+            self._event("response.created", response=self.response("in_progress")),
+            self._event("response.in_progress", response=self.response("in_progress")),
+        ]
+
+    async def run_answer(self, events: AsyncIterator[EngineEvent]) -> AsyncIterator[Event]:
+        """Reasoning, message and calls from the engine's events (after any web search items)."""
         for out in self._open_reasoning():
             yield out
         try:

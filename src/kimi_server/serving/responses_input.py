@@ -25,6 +25,7 @@ from kimi_server.protocol.responses import (
     ReasoningItem,
     Refusal,
     ToolOutput,
+    WebSearchCallItem,
 )
 
 ALLOWED_PARTS = {
@@ -127,6 +128,8 @@ def convert_items(
 
     for i, item in enumerate(items):
         where = f"input[{i}]"
+        if isinstance(item, WebSearchCallItem):
+            continue  # history only: its results are not kept (issue 11)
         if isinstance(item, ReasoningItem):
             if item.encrypted_content is None:
                 raise InvalidRequestError(

@@ -17,6 +17,7 @@ from kimi_server.engines.types import (
     ToolChoice,
     ToolSpec,
 )
+from kimi_server.engines.web_search_tool import WEB_SEARCH_NAME
 from kimi_server.errors import InvalidRequestError
 from kimi_server.policy import rules
 from kimi_server.protocol.responses import (
@@ -37,7 +38,6 @@ from kimi_server.serving.common import (
     check_output_format,
     check_tool_choice,
     check_tools,
-    check_web_search,
 )
 from kimi_server.serving.responses_input import convert_items
 from kimi_server.serving.sealing import Sealer
@@ -126,16 +126,6 @@ class _Tools:
 
 def _tools(body: ResponsesRequest) -> _Tools:
     out = _Tools([], [], [], {})
-    # Web search is refused first, by its place in the request as written.
-    check_web_search(
-        [
-            ToolSpec(
-                "web_search", kind="web_search" if isinstance(t, WebSearchTool) else "function"
-            )
-            for t in body.tools or ()
-        ],
-        "tools",
-    )
     for i, tool in enumerate(body.tools or ()):
         where = f"tools[{i}]"
         if isinstance(tool, FunctionTool):
@@ -173,8 +163,9 @@ def _tools(body: ResponsesRequest) -> _Tools:
                 }
             )
             continue
-        else:  # pragma: no cover - web search was refused above
-            continue
+        else:  # web search (issue 11): run by the server, see serving/responses_search.py
+            assert isinstance(tool, WebSearchTool)
+            spec, echo = ToolSpec(WEB_SEARCH_NAME, kind="web_search"), {"type": "web_search"}
         out.specs.append(spec)
         out.where.append(where)
         out.echo.append(echo)

@@ -59,14 +59,17 @@ def _output_grammar(request: GenerationRequest) -> Grammar | None:
 
 
 def plan_answer(request: GenerationRequest, syntax: CallSyntax) -> AnswerPlan:
-    tools = tuple(t for t in request.tools if t.kind in ("function", "custom"))
+    tools = tuple(t for t in request.tools if t.kind in ("function", "custom", "web_search"))
     choice = request.tool_choice
     structured = _output_grammar(request)
     if not tools or choice.mode == "none":
         return AnswerPlan(syntax, (), structured, None, "text")
     if choice.mode == "named":
         tools = tuple(t for t in tools if t.name == choice.name)
-    calls = calls_grammar(syntax, tools, parallel=request.parallel_tool_calls)
+    # One call per turn when web search is declared: small models repeat a search call until the
+    # budget runs out, and the answer may search again once it has the results (issue 11).
+    searching = any(t.kind == "web_search" for t in tools)
+    calls = calls_grammar(syntax, tools, parallel=request.parallel_tool_calls and not searching)
     if choice.mode in ("required", "named"):
         return AnswerPlan(syntax, tools, None, calls, "calls")
     text = structured if structured is not None else text_grammar(syntax, tools)

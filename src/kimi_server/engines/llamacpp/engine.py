@@ -15,11 +15,13 @@ from typing import Any
 from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
+from kimi_server.engines.llamacpp.multimodal import media_of
 from kimi_server.engines.llamacpp.phases import PhaseContext, Tally, prompted_generation
 from kimi_server.engines.llamacpp.prompt_cache import CacheLimits, CacheStats, PromptCacheLedger
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
 from kimi_server.engines.types import EngineEvent, GenerationRequest
+from kimi_server.engines.web_search_tool import expose_web_search
 from kimi_server.errors import EngineUnavailableError
 from kimi_server.parsers.reasoning import get_reasoning_format
 
@@ -43,6 +45,7 @@ class EmbeddedConfig:
     cache_enabled: bool = True
     cache_ttl_scale: float = 1.0
     cache_groups: dict[str, str] | None = None  # key id -> shared namespace
+    mmproj: Path | None = None  # multimodal projector: the model sees images (issue 11)
 
 
 def _threads(requested: int) -> int:
@@ -91,7 +94,7 @@ class EmbeddedEngine:
         return self.cache.stats(key_id)
 
     def accepts_images(self) -> bool:
-        return False
+        return self.config.mmproj is not None
 
     def tenant_stats(self, key_id: str) -> dict[str, int]:
         """One API key's own calls in flight and calls cancelled by its clients leaving."""
@@ -144,6 +147,8 @@ class EmbeddedEngine:
         params.api_keys = [os.urandom(24).hex()]
         private = tempfile.mkdtemp(prefix="kimi-llama-")  # mode 0700
         params.hostnames = [os.path.join(private, "llama.sock")]
+        if cfg.mmproj is not None:
+            params.mmproj.path = str(cfg.mmproj)
         if not cfg.verbose:
             params.verbosity = -1
         try:
@@ -167,6 +172,8 @@ class EmbeddedEngine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
         if self._runner is None or self._checker is None:
             raise EngineUnavailableError("The engine is not running.")
+        request = expose_web_search(request)  # issue 11: $web_search as a function
+        media = media_of(request) if self.config.mmproj is not None else ()
         plan = plan_answer(request, self.syntax)
         # Before the first event: a schema the grammar compiler rejects is still a plain 400.
         await self._checker.check(plan, request)
@@ -196,6 +203,7 @@ class EmbeddedEngine:
         ctx = PhaseContext(
             self._runner, request, self.fmt, self._sampling(),
             slot=lease.holder, reuse=lease.reuse, settle=settle, utility_slot=self.utility_slot,
+            media=media,
         )
         try:
             async for event in prompted_generation(ctx, prompt, plan):

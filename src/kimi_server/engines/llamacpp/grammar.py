@@ -151,6 +151,9 @@ def text_grammar(syntax: CallSyntax, tools: Sequence[ToolSpec]) -> Grammar:
     left alone: a bare JSON object and a JSON code block.
     """
     openers = [o for o in (syntax.open.strip(), "{", "```json") if o]
+    if syntax == QWEN_SYNTAX:
+        # After a tool result (web search, issue 11) small Qwen models echo it, wrapper and all.
+        openers.append("<tool_response>")
     if any(t.kind == "custom" for t in tools):
         openers.append("*** Begin Patch")
     banned = "|".join(_regex_escape(o) for o in openers)

@@ -15,6 +15,7 @@ from typing import Any
 
 from kimi_server.engines.llamacpp.answer import AnswerPlan
 from kimi_server.engines.llamacpp.decide import model_wants_call, reasoning_writes_call
+from kimi_server.engines.llamacpp.multimodal import prompt_field
 from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
 from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
 from kimi_server.engines.types import (
@@ -80,10 +81,11 @@ class PhaseContext:
     utility_slot: int | None = None  # for side calls that must not touch the request's slot
     tally: Tally = field(default_factory=Tally)
     context_full: bool = False  # the engine's context ran out: nothing more can be generated
+    media: tuple[str, ...] = ()  # base64 images for a multimodal model (issue 11)
 
     def body(self, prompt: str, n_predict: int, **extra: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "prompt": prompt,
+            "prompt": prompt_field(prompt, self.media),
             "n_predict": n_predict,
             # Later calls always extend this request's own KV; the first only when allowed.
             "cache_prompt": self.reuse or self.tally.calls > 0,
@@ -122,7 +124,9 @@ async def _call(
     try:
         async for item in ctx.runner.stream(body):
             if isinstance(item, CompletionResult):
-                ctx.tally.add(item, body["prompt"], reasoning=reasoning)
+                text = body["prompt"]
+                text = text if isinstance(text, str) else text["prompt_string"]
+                ctx.tally.add(item, text, reasoning=reasoning)
                 # "length" before n_predict means the context, not the budget, ran out.
                 if item.finish_reason == "length" and item.completion_tokens < body["n_predict"]:
                     ctx.context_full = True

@@ -14,6 +14,7 @@ from typing import Any
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from kimi_server.engines.llamacpp.multimodal import marked_text
 from kimi_server.engines.types import Message, ToolSpec
 from kimi_server.errors import InvalidRequestError
 
@@ -100,7 +101,7 @@ class ChatTemplate:
             "bos_token": self._bos,
             "eos_token": self._eos,
         }
-        fn_tools = [t for t in tools if t.kind in ("function", "custom")]
+        fn_tools = [t for t in tools if t.kind in ("function", "custom", "web_search")]
         if fn_tools and self.native_tools:
             context["tools"] = [_tool_dict(t) for t in fn_tools]
         elif fn_tools:
@@ -123,7 +124,7 @@ class ChatTemplate:
     def _message_dict(
         self, message: Message, history_reasoning: tuple[str, str] | None
     ) -> dict[str, Any]:
-        content = message.text
+        content = marked_text(message.text, message.images) if message.images else message.text
         out: dict[str, Any] = {"role": message.role, "content": content}
         if message.role == "assistant":
             if message.reasoning and history_reasoning:

@@ -19,7 +19,8 @@ from kimi_server.engines.types import ToolCallDelta
 
 PATCH_BEGIN = "*** Begin Patch"
 PATCH_END = "*** End Patch"
-_HEAD = re.compile(r'\{"name": "([A-Za-z0-9_-]+)", "arguments": ')
+# A leading '$' marks a built-in tool ($web_search), which returns as a builtin_function call.
+_HEAD = re.compile(r'\{"name": "(\$?[A-Za-z0-9_-]+)", "arguments": ')
 
 State = Literal["open", "head", "args", "args_end", "patch", "close"]
 
@@ -90,7 +91,11 @@ class CallStreamParser:
     def _head(self, out: list[ToolCallDelta]) -> bool:
         match = _HEAD.match(self._buf)
         if match:
-            out.append(ToolCallDelta(self.count, self._new_id(), match.group(1)))
+            name = match.group(1)
+            kind: Literal["function", "builtin_function"] = (
+                "builtin_function" if name.startswith("$") else "function"
+            )
+            out.append(ToolCallDelta(self.count, self._new_id(), name, kind=kind))
             self._buf = self._buf[match.end() :]
             self._depth, self._in_string, self._escaped = 0, False, False
             self._state = "args"

@@ -1,0 +1,1 @@
+"""Image and video input: decoding and checking data URLs, fetching allowed http(s) URLs."""

@@ -1,0 +1,64 @@
+"""``kimi-server search index|list|remove``: the local web-search index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from kimi_server.search.local_index import LocalIndex
+from kimi_server.search.setup import index_path
+from kimi_server.settings import load_settings
+
+search_app = typer.Typer(help="The local index the built-in web search reads.", no_args_is_help=True)
+console = Console()
+errors = Console(stderr=True)
+
+ConfigOption = Annotated[Path | None, typer.Option(help="TOML settings file.")]
+IndexOption = Annotated[Path | None, typer.Option(help="Index file (default: from settings).")]
+
+
+def _index(config: Path | None, index: Path | None) -> LocalIndex:
+    return LocalIndex(index or index_path(load_settings(config)))
+
+
+@search_app.command("index")
+def index_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="Files or directories (text, Markdown, HTML).")],
+    config: ConfigOption = None,
+    index: IndexOption = None,
+) -> None:
+    """Adds documents (a document indexed again replaces itself); a running server sees them at once."""
+    try:
+        done = _index(config, index).add(paths)
+    except (ValueError, OSError) as exc:
+        errors.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    for doc in done:
+        console.print(f"indexed {doc.url} ({doc.chars} chars): {doc.title}")
+    console.print(f"{len(done)} document(s) indexed")
+
+
+@search_app.command("list")
+def list_cmd(config: ConfigOption = None, index: IndexOption = None) -> None:
+    """Lists indexed documents."""
+    docs = _index(config, index).documents()
+    for doc in docs:
+        console.print(f"{doc.url}\t{doc.chars}\t{doc.title}")
+    console.print(f"{len(docs)} document(s)")
+
+
+@search_app.command("remove")
+def remove_cmd(
+    targets: Annotated[list[str], typer.Argument(help="Paths or file:// URLs (a directory: all below).")],
+    config: ConfigOption = None,
+    index: IndexOption = None,
+) -> None:
+    """Removes documents from the index."""
+    idx = _index(config, index)
+    removed = sum(idx.remove(t) for t in targets)
+    console.print(f"{removed} document(s) removed")
+    if not removed:
+        raise typer.Exit(1)

@@ -1,0 +1,221 @@
+"""Responses with ``{"type": "web_search"}``: the server searches within the one request.
+
+Each round asks the engine for an answer with the search tool available. A round that ends in
+``$web_search`` calls becomes ``web_search_call`` output items (with the Open Responses /
+OpenAI events ``in_progress`` → ``searching`` → ``completed``); its results join the
+conversation and the next round answers. After ``max_calls`` searches the tool is withdrawn so
+the model must answer. Output order is the contract's: web_search_call items, then reasoning,
+message and tool calls. A round that may still search is held back until it ends (whether it
+searches is only known then); the last round streams live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kimi_server.engines.base import Engine
+from kimi_server.engines.types import (
+    ContentDelta,
+    EngineEvent,
+    Finish,
+    GenerationRequest,
+    Message,
+    ReasoningDelta,
+    ToolCallDelta,
+    ToolCallRecord,
+    Usage,
+)
+from kimi_server.search.base import SearchOutcome
+from kimi_server.search.searcher import Searcher, as_tool_text, query_of
+from kimi_server.serving.common import new_id
+from kimi_server.serving.responses import Event, ResponseBuilder
+from kimi_server.serving.responses_request import ResponsesPlan
+from kimi_server.serving.sealing import Sealer
+
+SOURCES = "web_search_call.action.sources"
+RESULTS = "web_search_call.results"
+
+
+def add_usage(a: Usage, b: Usage) -> Usage:
+    """Every engine call of the request counts: each round reads its (longer) prompt again."""
+    return Usage(
+        a.prompt_tokens + b.prompt_tokens,
+        a.cached_tokens + b.cached_tokens,
+        a.cache_write_tokens + b.cache_write_tokens,
+        a.completion_tokens + b.completion_tokens,
+        a.reasoning_tokens + b.reasoning_tokens,
+        a.web_search_calls + b.web_search_calls,
+    )
+
+
+@dataclass
+class _Round:
+    events: list[EngineEvent]
+
+    def calls(self) -> list[ToolCallRecord]:
+        parts: dict[int, dict[str, Any]] = {}
+        for e in self.events:
+            if isinstance(e, ToolCallDelta):
+                p = parts.setdefault(e.index, {"id": e.id, "name": e.name, "args": "", "kind": e.kind})
+                p["args"] += e.arguments
+        return [
+            ToolCallRecord(p["id"] or new_id("call_"), p["name"] or "", p["args"], p["kind"])
+            for _, p in sorted(parts.items())
+        ]
+
+    def finish(self) -> Finish:
+        last = self.events[-1] if self.events else None
+        if not isinstance(last, Finish):
+            raise RuntimeError("the engine stopped without a Finish event")
+        return last
+
+    def without_searches(self, searches: set[str]) -> list[EngineEvent]:
+        """The round's events minus its search calls (argument deltas carry no id: by index)."""
+        dropped = {
+            e.index for e in self.events if isinstance(e, ToolCallDelta) and e.id in searches
+        }
+        return [e for e in self.events if not (isinstance(e, ToolCallDelta) and e.index in dropped)]
+
+
+class SearchingBuilder(ResponseBuilder):
+    def __init__(
+        self,
+        plan: ResponsesPlan,
+        sealer: Sealer,
+        searcher: Searcher,
+        *,
+        include: Sequence[str],
+        max_calls: int,
+    ) -> None:
+        super().__init__(plan, sealer)
+        self.searcher = searcher
+        self.include = frozenset(include)
+        self.max_calls = max_calls
+        self.fresh_searches = 0
+
+    def _search_item(self, item_id: str, status: str, outcome: SearchOutcome) -> dict[str, Any]:
+        action: dict[str, Any] = {"type": "search", "query": outcome.query, "queries": [outcome.query]}
+        if SOURCES in self.include and status != "in_progress":
+            action["sources"] = [{"type": "url", "url": h.url} for h in outcome.hits]
+        item: dict[str, Any] = {"type": "web_search_call", "id": item_id, "status": status, "action": action}
+        if RESULTS in self.include and status != "in_progress":
+            item["results"] = [{"title": h.title, "url": h.url, "snippet": h.snippet} for h in outcome.hits]
+        return item
+
+    async def _search(self, query: str) -> AsyncIterator[Event | SearchOutcome]:
+        index = self._take_index()
+        item_id = new_id("ws_")
+        ids = {"output_index": index, "item_id": item_id}
+        pending = SearchOutcome(query)
+        yield self._event(
+            "response.output_item.added",
+            output_index=index,
+            item=self._search_item(item_id, "in_progress", pending),
+        )
+        yield self._event("response.web_search_call.in_progress", **ids)
+        yield self._event("response.web_search_call.searching", **ids)
+        run = await self.searcher.run(query)
+        self.fresh_searches += run.fresh
+        yield self._event("response.web_search_call.completed", **ids)
+        status = "failed" if run.outcome.error else "completed"
+        yield self._done(index, self._search_item(item_id, status, run.outcome))
+        yield run.outcome
+
+    async def run_searching(
+        self, engine: Engine, first: AsyncIterator[EngineEvent]
+    ) -> AsyncIterator[Event]:
+        """``first``: the first round's events, already primed by the router (so a request the
+        engine refuses is still a plain HTTP error)."""
+        for out in self._start():
+            yield out
+        gen = self.plan.gen
+        messages = list(gen.messages)
+        spent = Usage()
+        searches = 0
+        final: list[EngineEvent] | None = None
+        try:
+            while searches < self.max_calls:
+                round_ = _Round([])
+                source = first if not searches else engine.generate(replace(gen, messages=tuple(messages)))
+                async with aclosing(source) as it:  # type: ignore[type-var]
+                    async for event in it:
+                        round_.events.append(event)
+                finish = round_.finish()
+                calls = round_.calls()
+                found = [c for c in calls if c.kind == "builtin_function"]
+                if not found:
+                    final = round_.events
+                    break
+                spent = add_usage(spent, finish.usage)
+                messages.append(
+                    Message(
+                        "assistant",
+                        text="".join(e.text for e in round_.events if isinstance(e, ContentDelta)),
+                        reasoning="".join(
+                            e.text for e in round_.events if isinstance(e, ReasoningDelta)
+                        ),
+                        tool_calls=tuple(found),
+                    )
+                )
+                for call in found:
+                    async for step in self._search(query_of(call.arguments) or ""):
+                        if isinstance(step, SearchOutcome):
+                            messages.append(
+                                Message("tool", as_tool_text(step), tool_call_id=call.id)
+                            )
+                        else:
+                            yield step
+                    searches += 1
+                if len(found) < len(calls):  # function calls beside the search: the client's turn
+                    final = round_.without_searches({c.id for c in found})
+                    break
+        except Exception as exc:
+            for out in self._fail(exc):
+                yield out
+            return
+        if final is not None:
+            events: AsyncIterator[EngineEvent] = _replay(final)
+        else:  # the search budget is spent: the model answers with what it found
+            tools = tuple(t for t in gen.tools if t.kind != "web_search")
+            events = engine.generate(replace(gen, messages=tuple(messages), tools=tools))
+        async with aclosing(self.run_answer(_with_usage(events, spent, self))) as answer:  # type: ignore[type-var]
+            async for out in answer:
+                yield out
+
+
+async def _replay(events: list[EngineEvent]) -> AsyncIterator[EngineEvent]:
+    for e in events:
+        yield e
+
+
+async def _with_usage(
+    events: AsyncIterator[EngineEvent], spent: Usage, builder: SearchingBuilder
+) -> AsyncIterator[EngineEvent]:
+    async with aclosing(events):  # type: ignore[type-var]
+        async for e in events:
+            if isinstance(e, Finish):
+                total = add_usage(spent, e.usage)
+                e = Finish(e.reason, replace(total, web_search_calls=builder.fresh_searches))
+            yield e
+
+
+def has_web_search(gen: GenerationRequest) -> bool:
+    return any(t.kind == "web_search" for t in gen.tools)
+
+
+def stream(
+    builder: SearchingBuilder, engine: Engine, first: AsyncIterator[EngineEvent]
+) -> AsyncIterator[Event]:
+    return builder.run_searching(engine, first)
+
+
+async def complete(
+    builder: SearchingBuilder, engine: Engine, first: AsyncIterator[EngineEvent]
+) -> dict[str, Any]:
+    async for _ in builder.run_searching(engine, first):
+        pass
+    assert builder.final is not None, "every run ends with a terminal event"
+    return builder.final

@@ -1,0 +1,217 @@
+"""Image and video input: valid files reach a vision-capable engine intact; hostile or broken
+ones, and URLs the server must not fetch, are refused with a 400 naming the part, and a
+loopback canary listener sees no connection."""
+
+from __future__ import annotations
+
+import base64
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from kimi_server.engines.scripted import ScriptedEngine
+from kimi_server.gate.auth import KeyRing
+from kimi_server.http.app import create_app
+from kimi_server.media.checks import video_frames
+from kimi_server.policy.catalogue import CATALOGUE
+from kimi_server.serving.common import EngineSet
+from kimi_server.settings import Settings
+from tests.conftest import TEST_KEY
+from tests.media_samples import data_url, image, mp4, png_bomb
+
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture
+def engine() -> ScriptedEngine:
+    return ScriptedEngine(images=True)  # a vision-capable engine that records what it got
+
+
+def make_client(engine: ScriptedEngine, tmp_path: Path, **settings: Any) -> TestClient:
+    engines = EngineSet({spec.id: engine for spec in CATALOGUE})
+    s = Settings(api_keys=[TEST_KEY], data_dir=tmp_path / "data", **settings)
+    return TestClient(create_app(s, engines, KeyRing([TEST_KEY])), headers={"Authorization": f"Bearer {TEST_KEY}"},
+                      raise_server_exceptions=False)
+
+
+@pytest.fixture
+def client(engine: ScriptedEngine, tmp_path: Path) -> Iterator[TestClient]:
+    with make_client(engine, tmp_path, media_max_video_seconds=5, media_max_image_bytes=200_000) as c:
+        yield c
+
+
+def chat(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    content = [{"type": "text", "text": "What is this?"}, *parts]
+    return {"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": content}]}
+
+
+def image_part(url: str, short: bool = False) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": url if short else {"url": url}}
+
+
+def refused(r: Any, param: str, *words: str) -> None:
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param, err
+    for w in words:
+        assert w in err["message"], err
+
+
+@pytest.mark.parametrize(("fmt", "mime"), [("PNG", "image/png"), ("JPEG", "image/jpeg"), ("WEBP", "image/webp")])
+def test_images_reach_the_engine_intact(client: TestClient, engine: ScriptedEngine, fmt: str, mime: str) -> None:
+    data = image(fmt)
+    r = client.post(CHAT, json=chat([image_part(data_url(mime, data), short=fmt == "JPEG")]))
+    assert r.status_code == 200, r.text
+    [seen] = engine.requests[-1].messages[0].images
+    assert seen.startswith(f"data:{mime};base64,") and base64.b64decode(seen.split(",", 1)[1]) == data
+
+
+def test_video_reaches_the_engine_intact(client: TestClient, engine: ScriptedEngine) -> None:
+    data = mp4()
+    r = client.post(CHAT, json=chat([{"type": "video_url", "video_url": {"url": data_url("video/mp4", data)}}]))
+    assert r.status_code == 200, r.text
+    [seen] = engine.requests[-1].messages[0].videos
+    assert base64.b64decode(seen.split(",", 1)[1]) == data
+    frames = video_frames(data, count=3)  # for upstreams that take only images
+    assert len(frames) == 3 and all(f.startswith("data:image/png;base64,") for f in frames)
+
+
+def test_responses_input_image(client: TestClient, engine: ScriptedEngine) -> None:
+    data = image("PNG")
+    item = {"role": "user", "content": [{"type": "input_text", "text": "What?"},
+                                        {"type": "input_image", "image_url": data_url("image/png", data)}]}
+    body = {"model": "kimi-k3.1-pro", "input": [item]}
+    assert client.post("/v1/responses", json=body).status_code == 200
+    [seen] = engine.requests[-1].messages[0].images
+    assert base64.b64decode(seen.split(",", 1)[1]) == data
+    item["content"][1]["image_url"] = data_url("image/png", image("JPEG"))  # type: ignore[index]
+    refused(client.post("/v1/responses", json=body), "input[0].content[1]", "image/jpeg")
+
+
+def test_hostile_and_broken_files_refused(client: TestClient) -> None:
+    at = "messages[0].content[1]"
+    refused(client.post(CHAT, json=chat([image_part(data_url("image/png", png_bomb()))])), at, "pixels")
+    jpeg = image("JPEG", (64, 64))
+    truncated = jpeg[: len(jpeg) // 2]
+    refused(client.post(CHAT, json=chat([image_part(data_url("image/jpeg", truncated))])), at, "corrupt")
+    refused(client.post(CHAT, json=chat([image_part(data_url("image/png", jpeg))])), at, "image/png", "image/jpeg")
+    big = image("PNG", (400, 400)) + b"\0" * 200_000
+    refused(client.post(CHAT, json=chat([image_part(data_url("image/png", big))])), at, "larger")
+    refused(client.post(CHAT, json=chat([image_part("data:image/png;base64,%%%")])), at, "base64")
+    refused(client.post(CHAT, json=chat([image_part(data_url("image/png", b"hello"))])), at, "not a supported")
+    long_video = {"type": "video_url", "video_url": data_url("video/mp4", mp4(seconds=8, fps=2))}
+    refused(client.post(CHAT, json=chat([long_video])), at, "longer")
+    cut = mp4()
+    broken = {"type": "video_url", "video_url": data_url("video/mp4", cut[: len(cut) // 3])}
+    refused(client.post(CHAT, json=chat([broken])), at)
+
+
+def test_text_model_refuses_images(tmp_path: Path) -> None:
+    with make_client(ScriptedEngine(images=False), tmp_path) as c:
+        r = c.post(CHAT, json=chat([image_part(data_url("image/png", image("PNG")))]))
+    refused(r, "messages[0].content[1]", "cannot see")
+
+
+# --- URLs -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def canary() -> Iterator[socket.socket]:
+    """A loopback listener no request may reach."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    sock.setblocking(False)
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def assert_untouched(sock: socket.socket) -> None:
+    with pytest.raises(BlockingIOError):
+        sock.accept()
+
+
+def test_private_urls_refused(engine: ScriptedEngine, tmp_path: Path, canary: socket.socket) -> None:
+    port = canary.getsockname()[1]
+    at = "messages[0].content[1]"
+    # Even with the hosts allowed, loopback and link-local addresses are never fetched.
+    allowed = ["127.0.0.1", "localhost", "169.254.169.254", "[::1]"]
+    with make_client(engine, tmp_path) as strict, make_client(engine, tmp_path, media_allowed_hosts=allowed) as lax:
+        for c in (strict, lax):
+            for url in (f"http://127.0.0.1:{port}/a.png", f"http://localhost:{port}/a.png",
+                        "http://169.254.169.254/latest/meta-data/", f"http://[::1]:{port}/a.png"):
+                r = c.post(CHAT, json=chat([image_part(url)]))
+                refused(r, at)
+                assert r.json()["error"]["code"] == "media_fetch_refused", r.text
+        refused(strict.post(CHAT, json=chat([image_part("file:///etc/passwd")])), at)
+    assert_untouched(canary)
+
+
+class _Media(BaseHTTPRequestHandler):
+    target = ""
+    png = b""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/redirect"):
+            self.send_response(302)
+            self.send_header("Location", self.target)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.png)))
+        self.end_headers()
+        self.wfile.write(self.png)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def media_host() -> Iterator[int]:
+    """A media server on 127.0.0.2, which the tests below treat as a public address."""
+    server = ThreadingHTTPServer(("127.0.0.2", 0), _Media)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Media.png = image("PNG")
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_allowed_host_fetch_and_redirects(
+    engine: ScriptedEngine, tmp_path: Path, canary: socket.socket, media_host: int
+) -> None:
+    canary_port = canary.getsockname()[1]
+    answers: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return [answers.pop(0) if answers else "127.0.0.2"] if host == "media.test" else ["127.0.0.1"]
+
+    with make_client(engine, tmp_path, media_allowed_hosts=["media.test"]) as c:
+        fetcher = c.app.state.kimi.media.fetcher  # type: ignore[attr-defined]
+        fetcher.resolve = resolve
+        fetcher.address_ok = lambda a: a == "127.0.0.2"  # the test's stand-in for "public"
+        url = f"http://media.test:{media_host}/pic.png"
+        assert c.post(CHAT, json=chat([image_part(url)])).status_code == 200
+        [seen] = engine.requests[-1].messages[0].images
+        assert base64.b64decode(seen.split(",", 1)[1]) == _Media.png
+        # A redirect to a private address, by name (DNS now answers loopback) or by address.
+        _Media.target = f"http://media.test:{canary_port}/x.png"
+        answers[:] = ["127.0.0.2", "127.0.0.1"]
+        r = c.post(CHAT, json=chat([image_part(f"http://media.test:{media_host}/redirect")]))
+        refused(r, "messages[0].content[1]", "private")
+        _Media.target = f"http://127.0.0.1:{canary_port}/x.png"
+        r = c.post(CHAT, json=chat([image_part(f"http://media.test:{media_host}/redirect")]))
+        refused(r, "messages[0].content[1]", "another host")
+        refused(c.post(CHAT, json=chat([image_part(f"http://other.test:{media_host}/a.png")])),
+                "messages[0].content[1]", "not allowed")
+    assert_untouched(canary)

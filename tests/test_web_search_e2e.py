@@ -1,0 +1,109 @@
+"""The full ``$web_search`` loop with the default model (qwen2.5-coder-0.5b) and a local index,
+through the ``openai`` SDK: Chat Completions (call, echo, answer from the indexed text) and
+Responses (web_search_call items with sources, streamed and not, schema-valid). One server.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import LiveServer, start_server, stop_server
+from tests.test_web_search_schema import check_search_event, check_search_response
+
+pytestmark = pytest.mark.e2e
+
+DOC = """# Zorblax harbour
+
+The Zorblax harbour lighthouse was painted teal in 2024. Its keeper is named Ilsa Brandt.
+"""
+OTHER = """# Apple orchards
+
+Apple orchards in the valley bloom in April and are harvested in September.
+"""
+QUESTION = "Search the web for the Zorblax harbour lighthouse: what colour is it painted?"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    tmp = tmp_path_factory.mktemp("websearch")
+    docs = tmp / "docs"
+    docs.mkdir()
+    (docs / "zorblax.md").write_text(DOC)
+    (docs / "apples.md").write_text(OTHER)
+    index = tmp / "index.sqlite3"
+    proc, live = start_server(
+        tmp, "--model", "qwen2.5-coder-0.5b", env={"KIMI_WEB_SEARCH_INDEX": str(index)}
+    )
+    try:
+        # Indexed while the server runs: searchable at once.
+        subprocess.run(
+            [sys.executable, "-m", "kimi_server.cli", "search", "index", str(docs), "--index", str(index)],
+            check=True, capture_output=True,
+        )
+        yield live
+    finally:
+        stop_server(proc)
+
+
+def sdk(server: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key=server.key, max_retries=0, timeout=900)
+
+
+def test_chat_loop_answers_from_the_index(server: LiveServer) -> None:
+    client = sdk(server)
+    messages: list[Any] = [{"role": "user", "content": QUESTION}]
+    common: dict[str, Any] = {
+        "model": "kimi-k3.1-pro", "reasoning_effort": "low", "max_completion_tokens": 96,
+        "seed": 7, "tools": [{"type": "web_search"}],
+    }
+    first = client.chat.completions.create(messages=messages, **common)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls", choice.message
+    call = choice.message.tool_calls[0]  # type: ignore[index]
+    raw = call.model_dump()
+    assert raw["type"] == "builtin_function" and raw["function"]["name"] == "$web_search"
+    arguments = raw["function"]["arguments"]
+    assert "zorblax" in json.loads(arguments)["query"].lower()
+    messages.append(choice.message.model_dump(exclude_none=True))
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": arguments})
+    second = client.chat.completions.create(messages=messages, **{**common, "max_completion_tokens": 160})
+    answer = second.choices[0].message.content or ""
+    assert not second.choices[0].message.tool_calls
+    assert not answer.startswith("<tool_response>"), answer
+    assert "teal" in answer.lower(), answer  # only the indexed document says so
+
+
+def test_responses_search_items_with_sources(server: LiveServer) -> None:
+    client = sdk(server)
+    fields: dict[str, Any] = {
+        "model": "kimi-k3.1-pro", "input": QUESTION, "reasoning": {"effort": "low"},
+        "max_output_tokens": 96, "tools": [{"type": "web_search"}],
+        "include": ["web_search_call.action.sources", "web_search_call.results"],
+    }
+    plain = client.responses.create(**fields)
+    data = plain.model_dump(mode="json")
+    check_search_response(data)
+    kinds = [o["type"] for o in data["output"]]
+    assert kinds[0] == "web_search_call" and "message" in kinds, kinds
+    sources = data["output"][0]["action"]["sources"]
+    assert any(s["url"].endswith("zorblax.md") for s in sources), sources
+    assert data["status"] == "completed"
+
+    events = [e.model_dump(mode="json") for e in client.responses.create(stream=True, **fields)]
+    for e in events:
+        check_search_event(e)
+    types = [e["type"] for e in events]
+    assert "response.web_search_call.searching" in types
+    assert types.index("response.web_search_call.completed") < types.index(
+        "response.reasoning_summary_part.added"
+    ) if "response.reasoning_summary_part.added" in types else True
+    final = events[-1]["response"]
+    assert final["output"][0]["type"] == "web_search_call"
+    assert final["output"][0]["action"]["sources"]
