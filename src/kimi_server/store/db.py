@@ -39,22 +39,25 @@ def utc(value: datetime | None) -> datetime | None:
 
 
 class Database:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, sqlite_synchronous: str = "FULL") -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
+        self.sqlite_synchronous = sqlite_synchronous.upper()
         kwargs: dict[str, Any] = {}
         if not self.is_sqlite:
             kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
-            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine.sync_engine, "connect", self._sqlite_pragmas)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 
     @classmethod
-    def from_settings(cls, database_url_setting: str | None, data_dir: Path) -> Database:
+    def from_settings(
+        cls, database_url_setting: str | None, data_dir: Path, sqlite_synchronous: str = "full"
+    ) -> Database:
         if not database_url_setting:
             data_dir.mkdir(parents=True, exist_ok=True)
-        return cls(database_url(database_url_setting, data_dir))
+        return cls(database_url(database_url_setting, data_dir), sqlite_synchronous)
 
     async def migrate(self) -> None:
         """Brings the schema to the newest revision; every existing row is kept."""
@@ -73,6 +76,13 @@ class Database:
     async def close(self) -> None:
         await self.engine.dispose()
 
+    def _sqlite_pragmas(self, dbapi_conn: Any, _: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={self.sqlite_synchronous}")
+        cur.execute("PRAGMA busy_timeout=10000")
+        cur.close()
+
 
 def _upgrade(conn: Connection) -> None:
     config = Config()
@@ -81,9 +91,4 @@ def _upgrade(conn: Connection) -> None:
     command.upgrade(config, "head")
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=FULL")
-    cur.execute("PRAGMA busy_timeout=10000")
-    cur.close()
+
