@@ -273,3 +273,19 @@ def test_metrics(tmp_path: Path) -> None:
     open_app, _ = make_app(tmp_path / "open", metrics_public=True)
     with serve(open_app) as url:
         assert httpx.get(url + "/metrics").status_code == 200
+
+
+def test_failed_requests_are_billed_for_what_they_consumed(tmp_path: Path) -> None:
+    engine = ScriptedEngine(script=Script(fail_after=3))  # two reasoning deltas, one content delta
+    app, _ = make_app(tmp_path, engine)
+    with serve(app) as url, httpx.Client(base_url=url, headers=bearer(STATIC_KEY)) as c:
+        with c.stream("POST", "/v1/chat/completions", json=chat_body(stream=True)) as r:
+            lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert '"error"' in lines[-2] and lines[-1] == "data: [DONE]"
+        failed = c.post("/v1/chat/completions", json=chat_body())
+        assert failed.status_code == 500 and "scripted" not in failed.text
+    rows = sorted(ledger(tmp_path).values(), key=lambda row: row["created_at"])
+    assert [row["status"] for row in rows] == ["failed", "failed"]
+    assert [row["completion_tokens"] for row in rows] == [3, 3]
+    assert [row["reasoning_tokens"] for row in rows] == [2, 2]
+    assert rows[1]["request_id"] == failed.headers["x-request-id"]

@@ -17,6 +17,7 @@ from decimal import Decimal
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from kimi_server.errors import InvalidRequestError, NotFoundError
 from kimi_server.gate.auth import digest, new_key
@@ -209,10 +210,7 @@ class KeyStore:
         return record
 
     @staticmethod
-    async def _find(session: object, name_or_id: str) -> ApiKeyRow:
-        from sqlalchemy.ext.asyncio import AsyncSession
-
-        assert isinstance(session, AsyncSession)
+    async def _find(session: AsyncSession, name_or_id: str) -> ApiKeyRow:
         row = await session.scalar(
             select(ApiKeyRow).where(or_(ApiKeyRow.id == name_or_id, ApiKeyRow.name == name_or_id))
         )
