@@ -114,6 +114,8 @@ class RequestContext:
         self.metrics.latency.labels(endpoint).observe(elapsed)
         if status in (401, 403):
             self.metrics.rejections.labels("auth").inc()
+        if not log.isEnabledFor(logging.INFO):
+            return
         line: dict[str, Any] = {
             "request_id": server_id,
             "client_request_id": client_id,
