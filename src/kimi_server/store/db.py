@@ -45,7 +45,9 @@ class Database:
         self.sqlite_synchronous = sqlite_synchronous.upper()
         kwargs: dict[str, Any] = {}
         if not self.is_sqlite:
-            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+            # No pre-ping (a round trip per checkout): a dropped connection fails one statement,
+            # is discarded by the pool, and the ledger retries its commit.
+            kwargs.update(pool_size=10, max_overflow=20)
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", self._sqlite_pragmas)
