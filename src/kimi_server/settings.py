@@ -191,6 +191,9 @@ class Settings(BaseSettings):
     metrics_public: bool = False  # /metrics without a key
     key_cache_seconds: float = Field(default=0.5, ge=0, le=1)  # revocation takes effect within this
     prices: dict[str, ModelPrice] = Field(default_factory=dict)  # model id -> USD per 1M tokens
+    # SQLite: "full" makes each ledger commit survive power loss (one fsync per batch of
+    # requests); "normal" survives the server being killed but not the OS crashing.
+    sqlite_synchronous: Literal["full", "normal"] = "full"
     ledger_batch_ms: float = Field(default=0.0, ge=0, le=1000)  # extra wait to gather a batch
     # Test only: serve the scripted fake engine instead of a model (never for real use).
     test_engine: Literal["", "scripted"] = ""

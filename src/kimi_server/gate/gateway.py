@@ -52,6 +52,7 @@ STATE_CLIENT_ID = "kimi_client_request_id"
 STATE_KEY = "kimi_key_id"
 STATE_MODEL = "kimi_model"
 STATE_USAGE = "kimi_usage"
+ADMITTING_PATHS = frozenset({"/v1/chat/completions", "/v1/responses"})
 
 
 class LimitExceeded(RateLimitError):
@@ -103,7 +104,7 @@ class Gateway:
     def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
-        self.db = Database.from_settings(settings.database_url, settings.data_dir)
+        self.db = Database.from_settings(settings.database_url, settings.data_dir, settings.sqlite_synchronous)
         self.keys = KeyStore(self.db, settings.key_cache_seconds)
         self.ledger = Ledger(self.db, settings.ledger_batch_ms / 1000)
         self.prices = PriceBook(settings.prices)
@@ -143,7 +144,8 @@ class Gateway:
         principal = await self.principal(static, request.headers.get("authorization"))
         setattr(request.state, STATE_KEY, principal.key_id)
         limits = limits_of(principal)
-        if limits.rpm or limits.tpm:
+        # Routes that admit set the headers from their reservation: no second round trip.
+        if (limits.rpm or limits.tpm) and request.url.path not in ADMITTING_PATHS:
             snap = await self.limiter.peek(principal.key_id, limits)
             setattr(request.state, STATE_HEADERS, snap.headers())
         return principal

@@ -8,6 +8,7 @@ within a second while a busy key costs about one query a second.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from decimal import Decimal
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from kimi_server.errors import InvalidRequestError, NotFoundError
 from kimi_server.gate.auth import digest, new_key
@@ -111,6 +113,8 @@ class KeyStore:
         self.db = db
         self.cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+        self._inflight: dict[str, asyncio.Task[KeyRecord | None]] = {}
+        self._tasks: set[asyncio.Task[KeyRecord | None]] = set()
 
     async def create(self, name: str, changes: KeyChanges) -> tuple[KeyRecord, str]:
         """A new key and its secret (the only time the secret exists outside the client)."""
@@ -164,28 +168,49 @@ class KeyStore:
             return _record(row)
 
     async def lookup(self, secret: str) -> KeyRecord | None:
-        """The usable key with this secret, or None (unknown, revoked or expired)."""
+        """The usable key with this secret, or None (unknown, revoked or expired).
+
+        An entry younger than half the cache time is used as is; an older one is used while one
+        background query refreshes it; past the cache time, callers wait for that one query.
+        So a busy key never waits on the database, and concurrent misses share one query.
+        """
         key_digest = digest(secret)
         now = time.monotonic()
         hit = self._cache.get(key_digest)
-        if hit is None or now - hit[0] > self.cache_seconds:
-            async with self.db.sessions() as session:
-                row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.digest == key_digest))
-            record = _record(row) if row is not None else None
-            if len(self._cache) > 100_000:
-                self._cache.clear()
-            self._cache[key_digest] = (now, record)
-            hit = (now, record)
-        record = hit[1]
+        age = now - hit[0] if hit is not None else None
+        if hit is None or age is None or age >= self.cache_seconds:
+            record = await self._refresh(key_digest)
+        else:
+            record = hit[1]
+            if age >= self.cache_seconds / 2 and key_digest not in self._inflight:
+                task = asyncio.get_running_loop().create_task(self._refresh(key_digest))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
         if record is None or not record.usable(datetime.now(UTC)):
             return None
         return record
 
-    @staticmethod
-    async def _find(session: object, name_or_id: str) -> ApiKeyRow:
-        from sqlalchemy.ext.asyncio import AsyncSession
+    async def _refresh(self, key_digest: str) -> KeyRecord | None:
+        pending = self._inflight.get(key_digest)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_task(self._query(key_digest))
+            self._inflight[key_digest] = pending
+            pending.add_done_callback(lambda _: self._inflight.pop(key_digest, None))
+        return await asyncio.shield(pending)
 
-        assert isinstance(session, AsyncSession)
+    async def _query(self, key_digest: str) -> KeyRecord | None:
+        started = time.monotonic()
+        async with self.db.engine.connect() as conn:
+            row = (await conn.execute(select(ApiKeyRow).where(ApiKeyRow.digest == key_digest))).first()
+        record = _record(ApiKeyRow(**row._mapping)) if row is not None else None
+        if len(self._cache) > 100_000:
+            self._cache.clear()
+        # Aged from when the query started: what it read may be that old.
+        self._cache[key_digest] = (started, record)
+        return record
+
+    @staticmethod
+    async def _find(session: AsyncSession, name_or_id: str) -> ApiKeyRow:
         row = await session.scalar(
             select(ApiKeyRow).where(or_(ApiKeyRow.id == name_or_id, ApiKeyRow.name == name_or_id))
         )

@@ -22,11 +22,19 @@ class _EngineCollector(Collector):
     def collect(self) -> Iterable[GaugeMetricFamily]:
         busy = GaugeMetricFamily("kimi_engine_slots_busy", "Generation calls running on an engine", labels=["engine"])
         queued = GaugeMetricFamily("kimi_engine_queued", "Requests waiting for an engine slot", labels=["engine"])
+        cache = GaugeMetricFamily(
+            "kimi_engine_prompt_cache", "The engine's prompt-cache counters (hits, misses, writes, held)",
+            labels=["engine", "counter"],
+        )
         for name, stats in self._stats():
             busy.add_metric([name], stats.get("active_calls", 0))
             queued.add_metric([name], stats.get("queued", stats.get("queued_calls", 0)))
+            for key, value in stats.items():
+                if key.startswith("cache_"):
+                    cache.add_metric([name, key.removeprefix("cache_")], value)
         yield busy
         yield queued
+        yield cache
 
 
 class Metrics:

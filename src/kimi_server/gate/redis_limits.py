@@ -67,11 +67,14 @@ return {admitted, reason, math.floor(r * 1000), math.floor(tk * 1000), math.floo
 
 _REASONS: dict[int, Reason] = {1: "requests", 2: "tokens", 3: "quota"}
 RETRY_SECONDS = 5.0
+# Generous: a busy event loop can delay a healthy reply, and a false alarm drops to per-instance
+# limits for RETRY_SECONDS.
+TIMEOUT = 2.0
 
 
 class RedisLimiter:
     def __init__(self, url: str, prefix: str, on_degraded: Callable[[bool], None] | None = None) -> None:
-        self._redis = aioredis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self._redis = aioredis.Redis.from_url(url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)
         self._script = self._redis.register_script(_SCRIPT)
         self._prefix = prefix
         self._local = LocalLimiter()

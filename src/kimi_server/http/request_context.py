@@ -16,6 +16,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kimi_server.errors import InternalServerError
 from kimi_server.gate.gateway import (
     STATE_CLIENT_ID,
     STATE_HEADERS,
@@ -65,12 +66,13 @@ class RequestContext:
         state[STATE_REQUEST_ID] = server_id
         state[STATE_CLIENT_ID] = client_id
         status = 500
+        status_sent = False
         streaming = False
 
         async def send_with_headers(message: Message) -> None:
-            nonlocal status, streaming
+            nonlocal status, status_sent, streaming
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, status_sent = message["status"], True
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", (client_id or server_id).encode()))
                 for name, value in (state.get(STATE_HEADERS) or {}).items():
@@ -85,6 +87,18 @@ class RequestContext:
 
         try:
             await self.app(scope, receive, send_with_headers)
+        except Exception as exc:
+            # Unhandled errors are answered here rather than by Starlette's outermost
+            # handler, so the 500 carries the request id too.
+            if status_sent:
+                raise
+            log.exception("unhandled error", exc_info=exc)
+            body = json.dumps(InternalServerError().to_body()).encode()
+            await send_with_headers({
+                "type": "http.response.start", "status": 500,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            })
+            await send_with_headers({"type": "http.response.body", "body": body})
         finally:
             if streaming:
                 self.metrics.streams.dec()
@@ -100,6 +114,8 @@ class RequestContext:
         self.metrics.latency.labels(endpoint).observe(elapsed)
         if status in (401, 403):
             self.metrics.rejections.labels("auth").inc()
+        if not log.isEnabledFor(logging.INFO):
+            return
         line: dict[str, Any] = {
             "request_id": server_id,
             "client_request_id": client_id,

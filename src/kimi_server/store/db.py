@@ -6,13 +6,14 @@ committed ledger row survives a crash; PostgreSQL is used when ``database_url`` 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, event, text
+from sqlalchemy import Connection, create_engine, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -39,25 +40,34 @@ def utc(value: datetime | None) -> datetime | None:
 
 
 class Database:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, sqlite_synchronous: str = "FULL") -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
+        self.sqlite_synchronous = sqlite_synchronous.upper()
         kwargs: dict[str, Any] = {}
         if not self.is_sqlite:
-            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+            # No pre-ping (a round trip per checkout): a dropped connection fails one statement,
+            # is discarded by the pool, and the ledger retries its commit.
+            kwargs.update(pool_size=10, max_overflow=20)
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
-            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine.sync_engine, "connect", self._sqlite_pragmas)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 
     @classmethod
-    def from_settings(cls, database_url_setting: str | None, data_dir: Path) -> Database:
+    def from_settings(
+        cls, database_url_setting: str | None, data_dir: Path, sqlite_synchronous: str = "full"
+    ) -> Database:
         if not database_url_setting:
             data_dir.mkdir(parents=True, exist_ok=True)
-        return cls(database_url(database_url_setting, data_dir))
+        return cls(database_url(database_url_setting, data_dir), sqlite_synchronous)
 
     async def migrate(self) -> None:
         """Brings the schema to the newest revision; every existing row is kept."""
+        if self.is_sqlite and self.engine.url.database:
+            # One thread hop for the whole migration instead of one per statement.
+            await asyncio.to_thread(self._migrate_sqlite, self.engine.url.database)
+            return
         async with self.engine.connect() as conn:
             if not self.is_sqlite:
                 await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
@@ -70,8 +80,25 @@ class Database:
                     await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_MIGRATION_LOCK})
                     await conn.commit()
 
+    def _migrate_sqlite(self, path: str) -> None:
+        engine = create_engine(f"sqlite:///{path}")
+        event.listen(engine, "connect", self._sqlite_pragmas)
+        try:
+            with engine.connect() as conn:
+                _upgrade(conn)
+                conn.commit()
+        finally:
+            engine.dispose()
+
     async def close(self) -> None:
         await self.engine.dispose()
+
+    def _sqlite_pragmas(self, dbapi_conn: Any, _: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={self.sqlite_synchronous}")
+        cur.execute("PRAGMA busy_timeout=10000")
+        cur.close()
 
 
 def _upgrade(conn: Connection) -> None:
@@ -81,9 +108,4 @@ def _upgrade(conn: Connection) -> None:
     command.upgrade(config, "head")
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=FULL")
-    cur.execute("PRAGMA busy_timeout=10000")
-    cur.close()
+
