@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.media_samples import data_url, image, mp4
 from tests.upstreams.fake import Conn, FakeUpstream, chunk
 from tests.upstreams.front import config, front
 
@@ -237,24 +238,34 @@ def test_missing_capabilities_are_a_clean_400(tmp_path: Path) -> None:
         r = f.http.post("/v1/chat/completions", json={
             "model": "kimi-k3.1-pro", "messages": MESSAGES, "response_format": fmt})
         assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
-        image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+        picture = {"type": "image_url", "image_url": {"url": data_url("image/png", image("PNG"))}}
         r = f.http.post("/v1/chat/completions", json={
-            "model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": [image]}]})
+            "model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": [picture]}]})
         assert r.status_code == 400 and "cannot see images" in r.json()["error"]["message"]
         assert up.bodies == []  # nothing left for the upstream
 
 
-def test_vision_route_sends_image_parts(tmp_path: Path) -> None:
-    url = "data:image/png;base64,iVBORw0KGgo="
+MEDIA = [
+    ("image_url", "image/png", lambda: image("PNG")),
+    ("image_url", "image/jpeg", lambda: image("JPEG")),
+    ("image_url", "image/webp", lambda: image("WEBP")),
+    ("video_url", "video/mp4", lambda: mp4(seconds=0.5)),
+]
+
+
+@pytest.mark.parametrize(("part", "mime", "make"), MEDIA, ids=[m[1] for m in MEDIA])
+def test_vision_route_sends_media_intact(tmp_path: Path, part: str, mime: str, make: Any) -> None:
+    """Checked media reach a vision-capable upstream byte for byte, in the part they came in."""
+    url = data_url(mime, make())
     with FakeUpstream(vllm) as up, front(
         tmp_path, config(up.url, dialect="vllm", capabilities={"vision": True})
     ) as f:
         r = f.http.post("/v1/chat/completions", json={"model": "kimi-k3.1-pro", "max_tokens": 50, "messages": [
             {"role": "user", "content": [{"type": "text", "text": "What?"},
-                                         {"type": "image_url", "image_url": {"url": url}}]}]})
-        assert r.status_code == 200
+                                         {"type": part, part: {"url": url}}]}]})
+        assert r.status_code == 200, r.text
         parts = up.bodies[0]["messages"][0]["content"]
-    assert parts == [{"type": "text", "text": "What?"}, {"type": "image_url", "image_url": {"url": url}}]
+    assert parts == [{"type": "text", "text": "What?"}, {"type": part, part: {"url": url}}]
 
 
 async def ignores_stream(body: dict[str, Any], c: Conn) -> None:

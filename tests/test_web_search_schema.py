@@ -248,3 +248,39 @@ def test_output_with_search_items_replays_as_input(client: TestClient, engine: S
     assert r.status_code == 200, r.text
     roles = [m.role for m in engine.requests[before].messages]
     assert roles == ["user", "assistant", "user"]
+
+
+# --- the ledger (gateway) ---------------------------------------------------------------------
+
+
+def _ledger(tmp_path: Path) -> list[dict[str, Any]]:
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "data" / "kimi.db") as db:
+        db.row_factory = sqlite3.Row
+        return [dict(r) for r in db.execute("SELECT * FROM usage ORDER BY created_at")]
+
+
+def test_searches_are_billed_with_the_request_that_ran_them(tmp_path: Path, index: LocalIndex) -> None:
+    """Chat: the request whose tool message the server answers pays for the search (a cached
+    repeat pays nothing). Responses: the search rounds of one request make one row."""
+    engine = searching_engine()
+    with make_client(engine, tmp_path, web_search_index=index.path) as c:
+        user = {"role": "user", "content": "Search"}
+        assistant = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "builtin_function", "function": {"name": "$web_search", "arguments": SEARCH_ARGS}}]}
+        echo = {"role": "tool", "tool_call_id": "c1", "content": SEARCH_ARGS}
+        for _ in range(2):
+            assert c.post(CHAT, json=chat_body([user, assistant, echo])).status_code == 200
+    with make_client(searching_engine(), tmp_path, web_search_index=index.path) as c:  # a cold search cache
+        r = c.post("/v1/responses", json={"model": "kimi-k3.1-pro", "input": "Look it up",
+                                          "tools": [{"type": "web_search"}]})
+        assert r.status_code == 200, r.text
+        usage = r.json()["usage"]
+    rows = _ledger(tmp_path)
+    assert [row["web_search_calls"] for row in rows[:2]] == [1, 0]
+    [responses_row] = [row for row in rows if row["endpoint"] == "responses"]
+    assert responses_row["web_search_calls"] == 1
+    assert responses_row["prompt_tokens"] == usage["input_tokens"]
+    assert responses_row["completion_tokens"] == usage["output_tokens"]
+    assert len({row["request_id"] for row in rows}) == len(rows) == 3

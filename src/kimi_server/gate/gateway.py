@@ -269,17 +269,26 @@ class Gateway:
 
 class MeteredEngine:
     """An engine whose events are counted: the ledger row is committed before ``Finish``
-    passes on (so before the usage reaches the client), or queued if the request ends early."""
+    passes on (so before the usage reaches the client), or queued if the request ends early.
+
+    A request that calls the engine several times (the Responses web-search rounds) is
+    ``deferred``: each round's usage adds up, and ``commit`` writes the one row once the last
+    round is known (``abandon`` if the request ends first)."""
 
     def __init__(
         self, inner: Engine, gateway: Gateway, ticket: Ticket, request: Request | None, searches: int = 0
     ) -> None:
         self.inner = inner
-        self._searches = searches  # run by the server for this request, before the engine
         self.name = inner.name
         self._gateway = gateway
         self._ticket = ticket
         self._request = request
+        self._searches = searches  # run by the server for this request, before the engine
+        self.deferred = False
+        self._spent = Usage()  # the rounds so far, when deferred
+        self._status = "completed"
+        self._first: float | None = None
+        self._recorded = False
 
     async def start(self) -> None:
         await self.inner.start()
@@ -294,27 +303,22 @@ class MeteredEngine:
         return self.inner.stats()
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
-        gw, t = self._gateway, self._ticket
-        first: float | None = None
         reasoning = completion = 0
-        searches = self._searches
-        recorded = False
+        finished = False
         status = "cancelled"
         events = self.inner.generate(request)
         try:
             async for event in events:
                 if isinstance(event, Finish):
-                    ttft = None if first is None else first - t.started
-                    row = gw._row(t, "completed", event.usage, searches + event.usage.web_search_calls, ttft)
-                    recorded = True
-                    gw._account(t, row, ttft)
-                    if self._request is not None:
-                        setattr(self._request.state, STATE_USAGE, row)
-                    await gw.ledger.write(row, stored_key=t.stored_key)
+                    finished = True
+                    if self.deferred:
+                        self._spent += event.usage
+                    else:
+                        await self._record("completed", event.usage)
                     yield event
                     continue
-                if first is None:
-                    first = time.monotonic()
+                if self._first is None:
+                    self._first = time.monotonic()
                 if isinstance(event, ReasoningDelta):
                     reasoning += 1
                     completion += 1
@@ -325,13 +329,42 @@ class MeteredEngine:
             status = "failed"
             raise
         finally:
-            if not recorded:
+            if not finished:
                 # Cut off or failed: bill the prompt as estimated and one token per delta seen.
                 # A request refused before its first event (a 400 from the engine) consumed nothing.
-                prompt = 0 if first is None and status == "failed" else t.prompt_estimate
-                usage = Usage(prompt_tokens=prompt, completion_tokens=completion, reasoning_tokens=reasoning)
-                ttft = None if first is None else first - t.started
-                row = gw._row(t, status, usage, searches, ttft)
-                gw._account(t, row, ttft)
-                gw.ledger.submit(row, stored_key=t.stored_key)
+                prompt = 0 if self._first is None and status == "failed" else self._ticket.prompt_estimate
+                partial = Usage(prompt_tokens=prompt, completion_tokens=completion, reasoning_tokens=reasoning)
+                if self.deferred:
+                    self._spent += partial
+                    self._status = status
+                else:
+                    self._record_later(status, partial)
             await events.aclose()  # type: ignore[attr-defined]
+
+    async def commit(self, searches: int = 0) -> None:
+        """Deferred: the request's last round has ended; ``searches`` ran during the rounds."""
+        if not self._recorded:
+            await self._record(self._status, self._spent, searches)
+
+    def abandon(self, searches: int = 0) -> None:
+        """Deferred: the request ended before ``commit`` (client gone, failure)."""
+        if not self._recorded:
+            self._record_later("cancelled" if self._status == "completed" else self._status, self._spent, searches)
+
+    def _row(self, status: str, usage: Usage, searches: int) -> tuple[dict[str, Any], float | None]:
+        t = self._ticket
+        self._recorded = True
+        ttft = None if self._first is None else self._first - t.started
+        row = self._gateway._row(t, status, usage, self._searches + searches + usage.web_search_calls, ttft)
+        self._gateway._account(t, row, ttft)
+        return row, ttft
+
+    async def _record(self, status: str, usage: Usage, searches: int = 0) -> None:
+        row, _ = self._row(status, usage, searches)
+        if self._request is not None:
+            setattr(self._request.state, STATE_USAGE, row)
+        await self._gateway.ledger.write(row, stored_key=self._ticket.stored_key)
+
+    def _record_later(self, status: str, usage: Usage, searches: int = 0) -> None:
+        row, _ = self._row(status, usage, searches)
+        self._gateway.ledger.submit(row, stored_key=self._ticket.stored_key)

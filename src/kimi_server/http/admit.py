@@ -8,11 +8,16 @@ given back. What comes back is the engine to call: metered when the gateway is o
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from typing import Any
+
 from fastapi import Request
 
 from kimi_server.engines.base import Engine
 from kimi_server.engines.types import GenerationRequest
 from kimi_server.gate.auth import Principal
+from kimi_server.gate.gateway import MeteredEngine
 from kimi_server.http.overload import admit
 from kimi_server.http.state import app_state
 
@@ -39,3 +44,35 @@ async def admit_request(
         gateway.refund(ticket)
         raise
     return gateway.metered(engine, ticket, request, searches=searches)
+
+
+TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class Rounds:
+    """Metering for a request that calls the engine several times (the Responses web-search
+    rounds): one ledger row, written before the terminal event, with the searches it ran."""
+
+    def __init__(self, engine: Engine, searches: Callable[[], int]) -> None:
+        self._metered = engine if isinstance(engine, MeteredEngine) else None
+        self._searches = searches
+        if self._metered is not None:
+            self._metered.deferred = True
+
+    async def commit(self) -> None:
+        if self._metered is not None:
+            await self._metered.commit(self._searches())
+
+    def abandon(self) -> None:
+        if self._metered is not None:
+            self._metered.abandon(self._searches())
+
+    async def events(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async with aclosing(events):  # type: ignore[type-var]
+                async for event in events:
+                    if event.get("type") in TERMINAL:
+                        await self.commit()
+                    yield event
+        finally:
+            self.abandon()

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from kimi_server.gate.auth import Principal
-from kimi_server.http.admit import admit_request
+from kimi_server.http.admit import Rounds, admit_request
 from kimi_server.http.overload import until_disconnected
 from kimi_server.http.sse import event_frame, prime
 from kimi_server.http.state import app_state, authenticated
@@ -71,16 +71,26 @@ async def create_response(
             include=body.include or (),
             max_calls=state.settings.web_search_max_calls,
         )
+        rounds = Rounds(engine, lambda: builder.fresh_searches)
         if not body.stream:
 
             async def searched() -> dict[str, Any]:
-                first = await prime(engine.generate(plan.gen))
-                return await responses_search.complete(builder, engine, first)
+                try:
+                    first = await prime(engine.generate(plan.gen))
+                    result = await responses_search.complete(builder, engine, first)
+                    await rounds.commit()
+                    return result
+                finally:
+                    rounds.abandon()
 
             return JSONResponse(await until_disconnected(request, searched()))
-        first = await prime(engine.generate(plan.gen))
+        try:
+            first = await prime(engine.generate(plan.gen))
+        except BaseException:
+            rounds.abandon()
+            raise
         return StreamingResponse(
-            responses_sse(responses_search.stream(builder, engine, first)),
+            responses_sse(rounds.events(responses_search.stream(builder, engine, first))),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

@@ -38,19 +38,6 @@ from kimi_server.serving.sealing import Sealer
 SOURCES = "web_search_call.action.sources"
 RESULTS = "web_search_call.results"
 
-
-def add_usage(a: Usage, b: Usage) -> Usage:
-    """Every engine call of the request counts: each round reads its (longer) prompt again."""
-    return Usage(
-        a.prompt_tokens + b.prompt_tokens,
-        a.cached_tokens + b.cached_tokens,
-        a.cache_write_tokens + b.cache_write_tokens,
-        a.completion_tokens + b.completion_tokens,
-        a.reasoning_tokens + b.reasoning_tokens,
-        a.web_search_calls + b.web_search_calls,
-    )
-
-
 @dataclass
 class _Round:
     events: list[EngineEvent]
@@ -149,7 +136,7 @@ class SearchingBuilder(ResponseBuilder):
                 if not found:
                     final = round_.events
                     break
-                spent = add_usage(spent, finish.usage)
+                spent += finish.usage
                 messages.append(
                     Message(
                         "assistant",
@@ -197,7 +184,7 @@ async def _with_usage(
     async with aclosing(events):  # type: ignore[type-var]
         async for e in events:
             if isinstance(e, Finish):
-                total = add_usage(spent, e.usage)
+                total = spent + e.usage
                 e = Finish(e.reason, replace(total, web_search_calls=builder.fresh_searches))
             yield e
 
