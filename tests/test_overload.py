@@ -163,13 +163,14 @@ def test_a_request_that_waits_too_long_gets_a_clean_503_instead_of_starting(tmp_
     assert len(engine.requests) == 1  # the late one never reached the engine
 
 
-def test_a_non_streaming_client_that_leaves_stops_its_generation_and_frees_its_slot(tmp_path: Path) -> None:
-    engine = slow_engine(0.5)
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream-before-first-event"])
+def test_a_client_that_leaves_stops_its_generation_and_frees_its_slot(tmp_path: Path, stream: bool) -> None:
+    engine = slow_engine(0.5)  # the first event comes after 0.5 s, the answer after 3 s
 
     async def run(url: str) -> None:
-        async with httpx.AsyncClient(timeout=0.8) as c:
+        async with httpx.AsyncClient(timeout=0.25) as c:
             with pytest.raises(httpx.ReadTimeout):
-                await c.post(f"{url}/v1/chat/completions", json=HI, headers=auth(A))
+                await c.post(f"{url}/v1/chat/completions", json={**HI, "stream": stream}, headers=auth(A))
         async with httpx.AsyncClient(timeout=30) as c:
             await until(c, url, A, admitted_requests=0)
 

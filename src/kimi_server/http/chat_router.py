@@ -55,7 +55,7 @@ async def create_chat_completion(
     if not body.stream:
         return JSONResponse(await until_disconnected(request, chat.complete(engine, gen)))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    events = await prime(engine.generate(gen))
+    events = await until_disconnected(request, prime(engine.generate(gen)))
     chunks = chat.stream_chunks(events, gen.model, include_usage=include_usage)
     return StreamingResponse(
         chat_sse(chunks),

@@ -102,7 +102,7 @@ async def create_response(
 
         return JSONResponse(await until_disconnected(request, answer()))
     # The first engine event is pulled before anything is sent, so early failures are HTTP errors.
-    events = await prime(engine.generate(plan.gen))
+    events = await until_disconnected(request, prime(engine.generate(plan.gen)))
     return StreamingResponse(
         responses_sse(responses.stream(plan, state.sealer, events)),
         media_type="text/event-stream",
