@@ -24,6 +24,8 @@ from kimi_server.serving.responses_request import build_responses_request
 from kimi_server.serving.sealing import Sealer, load_or_create_key
 from kimi_server.settings import Settings
 from tests.conftest import OTHER_KEY, TEST_KEY
+from tests.media_samples import data_url
+from tests.media_samples import image as png_image
 from tests.responses_util import body, parse_sse, weather_tool
 
 REASONING = ("The user greets me. ", "A short hello fits. ", "Nothing else is needed.")
@@ -270,9 +272,10 @@ def test_images_are_refused_by_a_model_that_cannot_see(client: TestClient) -> No
 
 def test_images_reach_a_model_that_can_see(client: TestClient, engine: ScriptedEngine) -> None:
     engine.images = True
-    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+    url = data_url("image/png", png_image("PNG"))  # checked first (issue 11): a real PNG
+    image = {"type": "input_image", "image_url": url}
     post(client, input=[{"role": "user", "content": [{"type": "input_text", "text": "?"}, image]}])
-    assert engine.requests[-1].messages[0].images == ("data:image/png;base64,AAAA",)
+    assert engine.requests[-1].messages[0].images == (url,)
 
 
 # --- multi-turn input ---------------------------------------------------------------------------
