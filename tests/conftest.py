@@ -109,3 +109,12 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         yield server
     finally:
         stop_server(proc)
+
+
+# Test suite on a fresh clone (issue 8): models are found where the server looks for them.
+def model_path(name: str) -> Path:
+    """Where the server would find catalogue model ``name``: ``$KIMI_MODELS_DIR``, else
+    ``$XDG_CACHE_HOME/kimi-server/models``, else ``~/.cache/kimi-server/models``."""
+    from kimi_server.models.store import ModelStore, default_models_dir
+
+    return ModelStore(default_models_dir()).file_for(name)
