@@ -17,8 +17,9 @@ from kimi_server.serving.chat_request import build_chat_request
 
 router = APIRouter(tags=["Chat Completions"])
 
+# What the server really returns (docs/contract.md, Errors); invalid input is a 400, never 422.
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 500)
+    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 500, 503)
 }
 
 

@@ -9,21 +9,28 @@ from fastapi import APIRouter, Depends, Request
 from kimi_server.errors import NotFoundError
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.policy.catalogue import CATALOGUE, ModelSpec
+from kimi_server.protocol.common import ErrorBody
 
 router = APIRouter()
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}}
 
 
 def _model(spec: ModelSpec) -> dict[str, Any]:
     return {"id": spec.id, "object": "model", "created": spec.created, "owned_by": spec.owned_by}
 
 
-@router.get("/v1/models", tags=["Models"], dependencies=[Depends(authenticated)])
+@router.get("/v1/models", tags=["Models"], dependencies=[Depends(authenticated)], responses=UNAUTHORIZED)
 async def list_models(request: Request) -> dict[str, Any]:
     served = app_state(request).engines.served()
     return {"object": "list", "data": [_model(s) for s in CATALOGUE if s.id in served]}
 
 
-@router.get("/v1/models/{model_id}", tags=["Models"], dependencies=[Depends(authenticated)])
+@router.get(
+    "/v1/models/{model_id}",
+    tags=["Models"],
+    dependencies=[Depends(authenticated)],
+    responses={**UNAUTHORIZED, 404: {"model": ErrorBody}},
+)
 async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
     served = app_state(request).engines.served()
     for spec in CATALOGUE:
@@ -32,7 +39,7 @@ async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
     raise NotFoundError(f"The model '{model_id}' does not exist.", param="model")
 
 
-@router.get("/v1/engine/stats", tags=["Operations"], dependencies=[Depends(authenticated)])
+@router.get("/v1/engine/stats", tags=["Operations"], dependencies=[Depends(authenticated)], responses=UNAUTHORIZED)
 async def engine_stats(request: Request) -> dict[str, Any]:
     """Per-engine counters: generation calls in flight and calls cancelled by a client leaving."""
     engines = app_state(request).engines

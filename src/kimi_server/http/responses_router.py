@@ -18,8 +18,9 @@ from kimi_server.serving.responses_request import build_responses_request
 
 router = APIRouter(tags=["Responses"])
 
+# What the server really returns (docs/contract.md, Errors); invalid input is a 400, never 422.
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 500)
+    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 500, 503)
 }
 
 
