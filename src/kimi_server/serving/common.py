@@ -127,8 +127,9 @@ def check_web_search(tools: list[ToolSpec], param: str) -> None:
     for i, tool in enumerate(tools):
         if tool.kind == "web_search":
             raise InvalidRequestError(
-                f"'{param}[{i}]' asks for web search, which is not enabled on this server: it "
-                "fetches pages from the internet, which an operator must allow first.",
+                f"'{param}[{i}]' asks for web search, which this server does not offer: it "
+                "fetches nothing from the internet. Remove the tool, or declare your own search "
+                "as a function tool.",
                 param=f"{param}[{i}]",
                 code="unsupported_tool",
             )
