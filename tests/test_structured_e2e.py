@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import openai
@@ -144,10 +145,16 @@ def test_required_and_named_choice_always_yield_valid_calls(
 ) -> None:
     tool_choice: Any = choice if choice == "required" else {
         "type": "function", "function": {"name": choice}}
-    for question in ("What is the weather in Oslo?", "Hello!", "What is 2 plus 3?"):
-        r = sdk.chat.completions.create(
+
+    def ask_one(question: str) -> Any:
+        return sdk.chat.completions.create(
             **COMMON, messages=[{"role": "user", "content": question}], tools=TOOLS,
             tool_choice=tool_choice)
+
+    questions = ("What is the weather in Oslo?", "Hello!", "What is 2 plus 3?")
+    with ThreadPoolExecutor(len(questions)) as pool:  # the server decodes them together
+        replies = list(pool.map(ask_one, questions))
+    for r in replies:
         choice0 = r.choices[0]
         assert choice0.finish_reason == "tool_calls"
         calls = choice0.message.tool_calls or []
