@@ -35,12 +35,15 @@ QUESTION = "Write a story about lighthouse number {i}."
 
 
 def load_llama(model_path: str, threads: int, slots: int, ctx: int) -> Any:
+    """llama.cpp as the embedded engine loads it for ``--parallel slots``: one more slot (the
+    engine's utility slot) and one context shared by all slots."""
     import xllamacpp
 
     params = xllamacpp.CommonParams()
     params.model.path = model_path
     params.n_ctx = ctx
-    params.n_parallel = slots
+    params.n_parallel = slots + 1
+    params.kv_unified = True
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
     params.warmup = False
@@ -120,6 +123,8 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=8, help="slots, on both sides")
     parser.add_argument("--concurrency", default="1,4,8", help="comma-separated request counts")
     parser.add_argument("--quick", action="store_true", help="32 tokens, 1 and 4 requests, 3 rounds")
+    # On a machine shared with other work, llama.cpp's threads wait on each other at every step
+    # and 2 threads can decode many times slower than 1: compare with --threads 1 there.
     args = parser.parse_args()
     if args.quick:
         args.tokens, args.rounds, args.concurrency = 32, 3, "1,4"
