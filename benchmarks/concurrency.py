@@ -1,16 +1,16 @@
-"""Decode throughput of the embedded engine under concurrency, and its overhead over llama.cpp.
+"""Decode throughput under concurrency: kimi-server against llama.cpp itself, like with like.
 
-Prints, in one run:
-- aggregate decode tokens/s of 1, 4 and 8 concurrent streaming requests through the real server
-  and the official openai SDK, each as a ratio to the single-request rate;
-- the server's single-request decode tokens/s as a ratio to llama.cpp's own figure
-  (``timings.predicted_per_second`` of a direct in-process xllamacpp call, same model, same
-  thread count, measured first in this same run).
+Both sides make the same llama.cpp call (xllamacpp ``handle_completions``, streamed) on the same
+model, thread count and slot count (``--parallel``): the baseline calls it directly in this
+process, the variant goes through a real kimi-server (HTTP, the official openai SDK, the
+reasoning phase). For 1 and more concurrent requests, each round runs the baseline and then the
+variant (A, B, A, B, ...); each side reports the median aggregate decode rate (tokens after the
+first, divided by the time from the first token to the last) and its spread, and the ratio of
+the medians. Every request decodes exactly N tokens: the baseline ignores end-of-turn, and on
+the server the reasoning floor equals the cap, so end-of-turn is masked there too.
 
-Every request decodes exactly N tokens: the reasoning floor equals the cap, so end-of-turn is
-masked and lengths do not vary with what the model says.
-
-    python benchmarks/concurrency.py [--model smollm2-135m] [--tokens 128] [--threads 2]
+    python -m benchmarks.concurrency [--model smollm2-135m] [--tokens 128] [--rounds 5]
+    python -m benchmarks.concurrency --quick      # small sizes, for a smoke run
 """
 
 from __future__ import annotations
@@ -19,38 +19,75 @@ import argparse
 import asyncio
 import json
 import os
+import threading
 import time
+from typing import Any
 
 import openai
 
+from benchmarks._measure import interleave, machine_note, ratio, spread
 from benchmarks._server import KEY, running_server
 from kimi_server.models.pull import resolve_model
 from kimi_server.models.store import ModelStore, default_models_dir
 
+# The same user turn both sides see (the server adds its reasoning-phase framing around it).
+QUESTION = "Write a story about lighthouse number {i}."
 
-def llama_cpp_rate(model_path: str, tokens: int, threads: int) -> float:
+
+def load_llama(model_path: str, threads: int, slots: int, ctx: int) -> Any:
+    """llama.cpp as the embedded engine loads it for ``--parallel slots``: one more slot (the
+    engine's utility slot) and one context shared by all slots."""
     import xllamacpp
 
     params = xllamacpp.CommonParams()
     params.model.path = model_path
-    params.n_ctx = 4096
-    params.n_parallel = 1
+    params.n_ctx = ctx
+    params.n_parallel = slots + 1
+    params.kv_unified = True
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
+    params.warmup = False
     params.verbosity = -1
-    server = xllamacpp.Server(params)
-    body = {"prompt": "Write a story about a lighthouse.", "n_predict": tokens, "ignore_eos": True}
-    server.handle_completions({**body, "n_predict": 8})  # warm-up
-    result = server.handle_completions(body)
-    del server
-    return float(result["timings"]["predicted_per_second"])
+    params.api_keys = [os.urandom(16).hex()]  # its own HTTP port stays locked
+    return xllamacpp.Server(params)
+
+
+def raw_once(server: Any, tokens: int, i: int, out: list[tuple[int, float, float]]) -> None:
+    """One streamed completion; appends (tokens after the first, first time, last time)."""
+    times: list[float] = []
+
+    def on_chunk(chunk: Any) -> bool:
+        choices = (chunk.get("choices") if isinstance(chunk, dict) else None) or [{}]
+        if choices[0].get("text"):
+            times.append(time.perf_counter())
+        return False
+
+    prompt = f"<|im_start|>user\n{QUESTION.format(i=i)}<|im_end|>\n<|im_start|>assistant\n"
+    body = {"prompt": prompt, "n_predict": tokens, "ignore_eos": True, "stream": True,
+            "temperature": 0.7, "top_p": 0.95, "cache_prompt": False}
+    server.handle_completions(body, on_chunk)
+    out.append((len(times) - 1, times[0], times[-1]))
+
+
+def aggregate(results: list[tuple[int, float, float]]) -> float:
+    decoded = sum(r[0] for r in results)
+    return decoded / (max(r[2] for r in results) - min(r[1] for r in results))
+
+
+def raw_rate(server: Any, tokens: int, concurrency: int) -> float:
+    results: list[tuple[int, float, float]] = []
+    threads = [threading.Thread(target=raw_once, args=(server, tokens, i, results)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return aggregate(results)
 
 
 async def stream_once(client: openai.AsyncOpenAI, tokens: int, i: int) -> tuple[int, float, float]:
-    """(tokens decoded after the first, time of first token, time of last token)."""
     stream = await client.chat.completions.create(
         model="kimi-k3.1-pro",
-        messages=[{"role": "user", "content": f"Write a story about lighthouse number {i}."}],
+        messages=[{"role": "user", "content": QUESTION.format(i=i)}],
         reasoning_effort="low",  # type: ignore[arg-type]
         max_completion_tokens=tokens,
         stream=True,
@@ -68,36 +105,55 @@ async def stream_once(client: openai.AsyncOpenAI, tokens: int, i: int) -> tuple[
     return count - 1, first, last
 
 
-async def aggregate_rate(base_url: str, tokens: int, concurrency: int) -> float:
-    async with openai.AsyncOpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=600) as client:
-        results = await asyncio.gather(*(stream_once(client, tokens, i) for i in range(concurrency)))
-    decoded = sum(r[0] for r in results)
-    start = min(r[1] for r in results)
-    end = max(r[2] for r in results)
-    return decoded / (end - start)
+def server_rate(base_url: str, tokens: int, concurrency: int) -> float:
+    async def go() -> float:
+        async with openai.AsyncOpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=600) as client:
+            results = await asyncio.gather(*(stream_once(client, tokens, i) for i in range(concurrency)))
+        return aggregate(list(results))
+
+    return asyncio.run(go())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--parallel", type=int, default=8, help="slots, on both sides")
+    parser.add_argument("--concurrency", default="1,4,8", help="comma-separated request counts")
+    parser.add_argument("--quick", action="store_true", help="32 tokens, 1 and 4 requests, 3 rounds")
+    # On a machine shared with other work, llama.cpp's threads wait on each other at every step
+    # and 2 threads can decode many times slower than 1: compare with --threads 1 there.
     args = parser.parse_args()
-    path = resolve_model(args.model, ModelStore(default_models_dir()), auto_pull=True)
-
-    baseline = llama_cpp_rate(str(path), args.tokens, args.threads)
-    print(f"llama.cpp direct ({args.model}, {args.threads} threads): {baseline:.1f} tok/s")
-
-    n = args.tokens
-    budgets = json.dumps({"low": {"floor": n, "cap": n}})
-    extra = ("--threads", str(args.threads), "--parallel", "8")
+    if args.quick:
+        args.tokens, args.rounds, args.concurrency = 32, 3, "1,4"
+    levels = [int(c) for c in args.concurrency.split(",")]
+    path = str(resolve_model(args.model, ModelStore(default_models_dir()), auto_pull=True))
+    ctx = 4096
+    raw = load_llama(path, args.threads, args.parallel, ctx)
+    budgets = json.dumps({"low": {"floor": args.tokens, "cap": args.tokens}})
+    extra = ("--threads", str(args.threads), "--parallel", str(args.parallel), "--ctx-size", str(ctx))
     with running_server(args.model, *extra, env={"KIMI_BUDGETS": budgets}) as url:
-        asyncio.run(aggregate_rate(url, 8, 1))  # warm-up
-        rates = {c: asyncio.run(aggregate_rate(url, n, c)) for c in (1, 4, 8)}
-    single = rates[1]
-    for c, rate in rates.items():
-        print(f"{c} concurrent: {rate:6.1f} tok/s aggregate  ratio to 1 request: {rate / single:.2f}x")
-    print(f"kimi-server single-request decode vs llama.cpp direct: {single / baseline:.2f}x")
+        raw_rate(raw, 8, 1)  # warm-up, both sides
+        server_rate(url, 8, 1)
+        sides: dict[str, Any] = {}
+        for c in levels:
+            sides[f"llama.cpp x{c}"] = lambda c=c: raw_rate(raw, args.tokens, c)
+            sides[f"kimi-server x{c}"] = lambda c=c: server_rate(url, args.tokens, c)
+        samples = interleave(args.rounds, sides)
+    print(f"model {args.model}, {args.tokens} tokens per request, {args.threads} threads, {args.parallel} slots "
+          f"on both sides, {args.rounds} interleaved rounds; {machine_note()}")
+    print("aggregate decode tok/s, median [min-max]:")
+    for c in levels:
+        base, mine = samples[f"llama.cpp x{c}"], samples[f"kimi-server x{c}"]
+        print(f"  {c} concurrent: llama.cpp {spread(base)}  kimi-server {spread(mine)}  "
+              f"kimi-server / llama.cpp = {ratio(mine, base):.2f}x")
+    lo = levels[0]
+    for c in levels[1:]:
+        mine = ratio(samples[f"kimi-server x{c}"], samples[f"kimi-server x{lo}"])
+        base = ratio(samples[f"llama.cpp x{c}"], samples[f"llama.cpp x{lo}"])
+        print(f"  {c} concurrent / {lo}: kimi-server {mine:.2f}x, llama.cpp {base:.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,26 +1,29 @@
-"""What the prompt cache buys: time to first token with a cached prefix, and a 10-turn chat.
+"""What the prompt cache buys: time to first token with a cached prefix, and a multi-turn chat.
 
-Prints, in one run, through the real server and the official openai SDK:
-- time to first token (TTFT) for a ~2,000-token shared prefix plus a new question: cold (first
-  request) and cached (same prefix, other questions), and cached / cold as a ratio (target
-  <= 0.2); ``cached_tokens`` shows the reuse was real;
-- a 10-turn conversation (fixed user and assistant turns, so both runs process identical
-  prompts): the sum of per-turn TTFT (prompt processing, as a client sees it) with the cache
-  and on a second server started with ``KIMI_CACHE_ENABLED=false``, and their ratio.
+Prints, in one run, through the real server and the official openai SDK, each side as a median
+with its spread (min-max) over interleaved rounds, and the ratio of the medians:
+- time to first token (TTFT) for a ~2,000-token shared prefix plus a question: each round sends
+  a new prefix cold (the baseline), then the same prefix with another question (cached);
+  ``cached_tokens`` shows the reuse was real (target for the ratio: <= 0.2);
+- a 10-turn conversation (fixed user and assistant turns, so both sides process identical
+  prompts): the sum of per-turn TTFT on a server with the cache and on a second server, running
+  at the same time, started with ``KIMI_CACHE_ENABLED=false``; the rounds alternate between them.
 
-    python benchmarks/prompt_cache.py [--model smollm2-135m] [--threads 2]
+    python -m benchmarks.prompt_cache [--model smollm2-135m] [--threads 2] [--rounds 5]
+    python -m benchmarks.prompt_cache --quick      # small sizes, for a smoke run
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 import uuid
+from contextlib import ExitStack
 from typing import Any
 
 import openai
 
+from benchmarks._measure import interleave, machine_note, ratio, spread
 from benchmarks._server import KEY, running_server
 
 MODEL = "kimi-k3.1-pro"
@@ -63,46 +66,47 @@ def cached_of(usage: dict[str, Any]) -> str:
     return f"{details.get('cached_tokens')}/{usage.get('prompt_tokens')} cached"
 
 
-def shared_prefix(client: openai.OpenAI, rounds: int = 2) -> None:
-    """Each round: a new ~2,000-token prefix, cold once, then cached with other questions.
+def shared_prefix(client: openai.OpenAI, rounds: int, words: int) -> None:
+    """Each round: a new prefix, cold once (A), then cached with another question (B)."""
+    state: dict[str, str] = {}
 
-    Cold and cached runs of a round are measured back to back, so load from other processes
-    on the machine hits both alike.
-    """
-    colds: list[float] = []
-    warms: list[float] = []
-    for _ in range(rounds):
-        prefix = f"[{uuid.uuid4().hex}] Reference notes follow.\n" + document(1000)
+    def cold() -> float:
+        state["prefix"] = f"[{uuid.uuid4().hex}] Reference notes follow.\n" + document(words)
+        seconds, usage = ttft(client, ask(state["prefix"], "Which depot ships the most crates?"))
+        state["cold"] = cached_of(usage)
+        return seconds
 
-        def ask(question: str, prefix: str = prefix) -> list[dict[str, Any]]:
-            return [{"role": "system", "content": prefix}, {"role": "user", "content": question}]
+    def cached() -> float:
+        seconds, usage = ttft(client, ask(state["prefix"], "What happens on day 3?"))
+        print(f"  round: cold {state['cold']}, then {cached_of(usage)}")
+        return seconds
 
-        cold, usage = ttft(client, ask("Which depot ships the most crates?"))
-        colds.append(cold)
-        print(f"shared prefix: cold TTFT {cold:.2f} s ({cached_of(usage)})")
-        for question in ("How many facts are there?", "What happens on day 3?"):
-            seconds, usage = ttft(client, ask(question))
-            warms.append(seconds)
-            print(f"shared prefix: cached TTFT {seconds:.2f} s ({cached_of(usage)})")
-    ratio = statistics.median(warms) / statistics.median(colds)
-    print(f"shared prefix: cached / cold TTFT (medians) = {ratio:.3f}  (target <= 0.2)")
+    samples = interleave(rounds, {"cold": cold, "cached": cached})
+    print(f"shared prefix TTFT: cold {spread(samples['cold'], ' s')}, cached {spread(samples['cached'], ' s')}")
+    print(f"shared prefix: cached / cold TTFT (ratio of medians) = {ratio(samples['cached'], samples['cold']):.3f}"
+          "  (target <= 0.2)")
 
 
-def conversation_turns() -> list[tuple[str, str]]:
-    turns = []
-    for i in range(10):
+def ask(prefix: str, question: str) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": prefix}, {"role": "user", "content": question}]
+
+
+def conversation_turns(turns: int) -> list[tuple[str, str]]:
+    out = []
+    for i in range(turns):
         user = f"Turn {i}: " + document(36).replace("Fact", f"Note{i}")
         assistant = f"Noted turn {i}. " + document(24).replace("Fact", f"Reply{i}")
-        turns.append((user, assistant))
-    return turns
+        out.append((user, assistant))
+    return out
 
 
-def ten_turns(client: openai.OpenAI, tag: str) -> tuple[float, list[str]]:
-    """Sum of TTFT over 10 turns; each turn sends the whole history plus a new user turn."""
-    history: list[dict[str, Any]] = [{"role": "system", "content": f"[{tag}] Be brief."}]
+def conversation(client: openai.OpenAI, turns: int) -> tuple[float, list[str]]:
+    """Sum of TTFT over the turns; each turn sends the whole history plus a new user turn. A new
+    tag per call, so nothing is reused from an earlier round."""
+    history: list[dict[str, Any]] = [{"role": "system", "content": f"[{uuid.uuid4().hex}] Be brief."}]
     total = 0.0
     notes = []
-    for user, assistant in conversation_turns():
+    for user, assistant in conversation_turns(turns):
         history.append({"role": "user", "content": user})
         seconds, usage = ttft(client, history)
         total += seconds
@@ -115,22 +119,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--words", type=int, default=1000, help="shared prefix length (~1.3 tokens a word)")
+    parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="a ~400-token prefix, 4 turns, 3 rounds")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.words, args.turns = 3, 300, 4
     common = ("--threads", str(args.threads), "--ctx-size", "16384", "--parallel", "2")
-    tag = uuid.uuid4().hex
 
-    with running_server(args.model, *common) as url:
+    with ExitStack() as stack:
+        url = stack.enter_context(running_server(args.model, *common))
+        cold_url = stack.enter_context(running_server(args.model, *common, env={"KIMI_CACHE_ENABLED": "false"}))
         client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0, timeout=600)
-        shared_prefix(client)
-        with_cache, notes = ten_turns(client, tag)
-        print(f"10 turns with the cache: {with_cache:.2f} s of TTFT; per turn: {', '.join(notes)}")
+        uncached = openai.OpenAI(base_url=cold_url, api_key=KEY, max_retries=0, timeout=600)
+        shared_prefix(client, args.rounds, args.words)
+        notes: dict[str, list[str]] = {}
 
-    with running_server(args.model, *common, env={"KIMI_CACHE_ENABLED": "false"}) as url:
-        client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0, timeout=600)
-        without, notes = ten_turns(client, tag)
-        print(f"10 turns without the cache: {without:.2f} s of TTFT; per turn: {', '.join(notes)}")
+        def run(name: str, c: openai.OpenAI) -> float:
+            total, notes[name] = conversation(c, args.turns)
+            return total
 
-    print(f"10 turns: with / without the cache = {with_cache / without:.3f}")
+        samples = interleave(args.rounds, {"with": lambda: run("with", client),
+                                           "without": lambda: run("without", uncached)})
+    print(f"{args.turns} turns, sum of TTFT: with the cache {spread(samples['with'], ' s')}, "
+          f"without {spread(samples['without'], ' s')}")
+    print(f"  last round per turn, with: {', '.join(notes['with'])}")
+    print(f"{args.turns} turns: with / without the cache (ratio of medians) = "
+          f"{ratio(samples['with'], samples['without']):.3f}")
+    print(f"model {args.model}, {args.threads} threads, {args.rounds} interleaved rounds; {machine_note()}")
 
 
 if __name__ == "__main__":

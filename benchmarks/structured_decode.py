@@ -1,25 +1,29 @@
 """Constrained vs unconstrained decoding: time per generated token, as a ratio.
 
-Same model, same process, same prompt; the runs alternate so that load from elsewhere on the
-machine hits both sides alike. The constrained side decodes under the grammars the server
-builds (a strict JSON schema, and a tool-call grammar); the schemas never let the answer
-finish early, so both sides generate the same number of tokens.
+Same model, same process, same prompt; the runs alternate (unconstrained, json_schema,
+tool_call, unconstrained, ...) so that load from elsewhere on the machine hits every side alike.
+The constrained sides decode under the grammars the server builds (a strict JSON schema, and a
+tool-call grammar); the schemas never let the answer finish early, so every side generates the
+same number of tokens. Each side prints its median time per token and spread; the comparison
+is the ratio of the medians.
 
-    python -m benchmarks.structured_decode [--model PATH] [--tokens 96] [--rounds 5]
+    python -m benchmarks.structured_decode [--model smollm2-135m] [--tokens 96] [--rounds 5]
+    python -m benchmarks.structured_decode --quick      # small sizes, for a smoke run
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks._measure import interleave, machine_note, ratio, spread
 from kimi_server.engines.llamacpp.grammar import BARE_SYNTAX, calls_grammar, schema_grammar
 from kimi_server.engines.types import ToolSpec
+from kimi_server.models.pull import resolve_model
+from kimi_server.models.store import ModelStore, default_models_dir
 
-DEFAULT_MODEL = Path.home() / ".cache/kimi-server/models/smollm2-135m-instruct-q4_1.gguf"
 PROMPT = "<|im_start|>user\nList some short words.<|im_end|>\n<|im_start|>assistant\n"
 # Long enough that the grammar never completes within the token budget.
 LIST_SCHEMA = {
@@ -60,30 +64,33 @@ def ms_per_token(server: Any, tokens: int, grammar: str | None) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--model", default="smollm2-135m", help="catalogue name or GGUF path")
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="32 tokens, 3 rounds")
     args = parser.parse_args()
-    server = load(args.model, args.threads)
+    if args.quick:
+        args.tokens, args.rounds = 32, 3
+    path = resolve_model(args.model, ModelStore(default_models_dir()), auto_pull=True)
+    server = load(path, args.threads)
     tool = ToolSpec("save_words", parameters=LIST_SCHEMA, strict=True)
-    sides: dict[str, str | None] = {
+    grammars: dict[str, str | None] = {
         "unconstrained": None,
         "json_schema": schema_grammar(LIST_SCHEMA, strict=True).text(),
         "tool_call": calls_grammar(BARE_SYNTAX, (tool,), parallel=False).text(),
     }
-    for grammar in sides.values():  # warm-up: first-use costs (tokenizer tables) excluded
+    for grammar in grammars.values():  # warm-up: first-use costs (tokenizer tables) excluded
         ms_per_token(server, 8, grammar)
-    samples: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(args.rounds):
-        for name, grammar in sides.items():
-            samples[name].append(ms_per_token(server, args.tokens, grammar))
-    base = statistics.median(samples["unconstrained"])
-    print(f"model {args.model.name}, {args.tokens} tokens x {args.rounds} rounds, "
-          f"{args.threads} threads; medians:")
+    samples = interleave(args.rounds, {
+        name: (lambda g=grammar: ms_per_token(server, args.tokens, g)) for name, grammar in grammars.items()
+    })
+    base = samples["unconstrained"]
+    print(f"model {Path(path).name}, {args.tokens} tokens x {args.rounds} interleaved rounds, "
+          f"{args.threads} threads; {machine_note()}")
+    print("ms per generated token, median [min-max]:")
     for name, values in samples.items():
-        med = statistics.median(values)
-        print(f"  {name:14s} {med:7.2f} ms/token   ratio vs unconstrained {med / base:5.2f}x")
+        print(f"  {name:14s} {spread(values)}   ratio of medians vs unconstrained {ratio(values, base):.2f}x")
 
 
 if __name__ == "__main__":

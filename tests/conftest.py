@@ -109,3 +109,26 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         yield server
     finally:
         stop_server(proc)
+
+
+# Test suite on a fresh clone (issue 8): models are found where the server looks for them.
+def model_path(name: str) -> Path:
+    """Where the server would find catalogue model ``name``: ``$KIMI_MODELS_DIR``, else
+    ``$XDG_CACHE_HOME/kimi-server/models``, else ``~/.cache/kimi-server/models``."""
+    from kimi_server.models.store import ModelStore, default_models_dir
+
+    return ModelStore(default_models_dir()).file_for(name)
+
+
+# One server per configuration (issue 8): the default model, shared by every module that needs it.
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+
+
+@pytest.fixture(scope="session")
+def default_model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A real server on the default model (qwen2.5-coder-0.5b), with the test budgets."""
+    proc, server = start_server(tmp_path_factory.mktemp("default-model"), "--model", DEFAULT_MODEL)
+    try:
+        yield server
+    finally:
+        stop_server(proc)

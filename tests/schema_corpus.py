@@ -113,6 +113,47 @@ def corpus(n: int = 120, seed: int = 20261129) -> list[Schema]:
     return out
 
 
+def features(schema: Any) -> set[str]:
+    """The keywords, types and formats a schema uses anywhere (property names excluded)."""
+    found: set[str] = set()
+    if isinstance(schema, list):
+        for item in schema:
+            found |= features(item)
+    elif isinstance(schema, dict):
+        for key, value in schema.items():
+            if key in ("properties", "$defs"):
+                for sub in value.values():
+                    found |= features(sub)
+                continue
+            if key == "type":
+                found.add(f"type:{json.dumps(value)}")
+            elif key == "format":
+                found.add(f"format:{value}")
+            elif key == "items" and isinstance(value, dict) and value.get("type") == "object":
+                found.add("items:object")
+            found.add(key)
+            found |= features(value)
+    return found
+
+
+def representative(schemas: list[Schema], size: int = 16) -> list[Schema]:
+    """A subset that uses every feature the whole corpus uses (greedy cover, lowest index first
+    on ties), topped up with evenly spaced schemas to ``size``; in corpus order."""
+    wanted = set().union(*(features(s) for s in schemas))
+    chosen: list[int] = []
+    while wanted:
+        best = max(range(len(schemas)), key=lambda i: (len(features(schemas[i]) & wanted), -i))
+        chosen.append(best)
+        wanted -= features(schemas[best])
+    step = max(1, len(schemas) // size)
+    for i in range(0, len(schemas), step):
+        if len(chosen) >= size:
+            break
+        if i not in chosen:
+            chosen.append(i)
+    return [schemas[i] for i in sorted(chosen)]
+
+
 @dataclass(frozen=True)
 class Outcome:
     index: int

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from pathlib import Path
 
 import pytest
 
@@ -23,10 +22,11 @@ from kimi_server.engines.types import (
     ToolChoice,
     ToolSpec,
 )
+from tests.conftest import TEST_MODEL, model_path
 
 pytestmark = pytest.mark.e2e
 
-MODEL = Path.home() / ".cache/kimi-server/models/smollm2-135m-instruct-q4_1.gguf"
+MODEL = model_path(TEST_MODEL)
 # The format of docs/tools-and-structured-output.md, written independently of the grammar.
 _PATH = r"[^\s*][^\n]*"
 _HUNK = r"(@@[^\n]*\n)?([ +\-][^\n]*\n)+(\*\*\* End of File\n)?"

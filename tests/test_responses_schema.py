@@ -22,11 +22,10 @@ from kimi_server.engines.scripted import Script, ScriptedEngine
 from kimi_server.engines.types import ToolCallDelta
 from tests.responses_util import body, parse_sse, weather_tool
 
-SPEC_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "spec"
-if not SPEC_DIR.is_dir():  # the worktrees sit next to shared/
-    SPEC_DIR = Path("/work/shared/spec")
+# Copies kept in the project (source and licence: tests/data/spec/README.md).
+SPEC_DIR = Path(__file__).resolve().parent / "data" / "spec"
 OPEN = "open-responses.openapi.json"
-OPENAI = "openai-chat-responses.openapi.json"
+OPENAI = "openai-responses.openapi.json"
 # Events Open Responses does not define (custom tools exist only in OpenAI's document).
 OPENAI_ONLY_EVENTS = (
     "response.custom_tool_call_input.delta",

@@ -1,5 +1,5 @@
 """Tool calls, tool results and earlier reasoning render back into the next prompt, with the
-chat templates of the real models (read from their GGUF files; skipped where not pulled)."""
+chat templates of the real models (read from their GGUF files, which scripts/test pulls)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.template import ChatTemplate
 from kimi_server.engines.types import Message, ToolCallRecord, ToolSpec
+from tests.conftest import model_path
 
-MODELS = Path.home() / ".cache/kimi-server/models"
-QWEN = MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-SMOL = MODELS / "smollm2-135m-instruct-q4_1.gguf"
+QWEN = model_path("qwen2.5-coder-0.5b")
+SMOL = model_path("smollm2-135m")
 THINK = ("<think>\n", "\n</think>\n\n")
 TOOLS = [ToolSpec("get_weather", "Weather.", {"type": "object", "properties": {}})]
 CALLS = (

@@ -8,13 +8,12 @@ effort low, so the four requests stay within a minute or two. ``scripts/test`` p
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
-from tests.conftest import LiveServer, start_server, stop_server
+from tests.conftest import LiveServer
 
 pytestmark = pytest.mark.e2e
 
@@ -24,14 +23,10 @@ WEATHER = {"type": "function", "function": {
                    "required": ["city"], "additionalProperties": False}}}
 
 
-@pytest.fixture(scope="module")
-def qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    # The server pulls the model itself if it is missing (auto_pull).
-    proc, server = start_server(tmp_path_factory.mktemp("qwen"), "--model", "qwen2.5-coder-0.5b")
-    try:
-        yield server
-    finally:
-        stop_server(proc)
+@pytest.fixture
+def qwen(default_model_server: LiveServer) -> LiveServer:
+    # The session's one default-model server (tests/conftest.py); it pulls the model if missing.
+    return default_model_server
 
 
 def ask(server: LiveServer, question: str) -> Any:

@@ -14,6 +14,7 @@ from kimi_server.gate.cli import keys_app  # Gateway (issue 10)
 from kimi_server.gate.cli import usage as usage_command  # Gateway (issue 10)
 from kimi_server.models.cli import models_app
 from kimi_server.search.cli import search_app  # Web search index (issue 11)
+from kimi_server.settings import Settings
 
 app = typer.Typer(name="kimi-server", help="A self-hosted server for the Kimi API.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
@@ -28,32 +29,79 @@ app.add_typer(search_app, name="search")
 console = Console(stderr=True)
 
 
+# First run without surprises (issue 8): --help shows the defaults that apply when a flag is
+# absent (flags default to None so that env and TOML can still supply the value).
+def _default(name: str) -> str:
+    from kimi_server.settings import Settings
+
+    return str(Settings.model_fields[name].default)
+
+
+def start_lines(settings: Settings, served: list[str], dev_key: str | None) -> list[str]:
+    """What ``serve`` prints before it starts listening."""
+    origin = f"http://{settings.host}:{settings.port}"
+    lines = [f"kimi-server: serving {', '.join(sorted(served))}", f"  base URL: {origin}/v1"]
+    if dev_key:
+        lines.append(f"  development API key: {dev_key}")
+    if settings.public_docs:
+        lines.append(f"  docs: {origin}/docs")
+    else:
+        # A browser cannot send the key, so say how to open the docs in one.
+        lines.append(
+            f"  docs: {origin}/openapi.json with the API key; to browse {origin}/docs, "
+            "start with KIMI_PUBLIC_DOCS=true"
+        )
+    return lines
+
+
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Address to bind.")] = None,
-    port: Annotated[int | None, typer.Option(help="Port to bind.")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to bind.", show_default=_default("host"))] = None,
+    port: Annotated[int | None, typer.Option(help="Port to bind.", show_default=_default("port"))] = None,
     model: Annotated[
-        str | None, typer.Option(help="Catalogue model name, path to a GGUF, or hf:ORG/REPO/FILE.gguf.")
+        str | None,
+        typer.Option(
+            help="Catalogue model name, path to a GGUF, or hf:ORG/REPO/FILE.gguf.", show_default=_default("model")
+        ),
     ] = None,
     api_key: Annotated[
-        list[str] | None, typer.Option("--api-key", help="An accepted API key; repeat for several.")
+        list[str] | None,
+        typer.Option(
+            "--api-key",
+            help="An accepted API key; repeat for several.",
+            show_default="none: a development key is made, kept in the data dir and printed",
+        ),
     ] = None,
-    config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML settings file.", show_default="$KIMI_CONFIG")] = None,
+    ctx_size: Annotated[
+        int | None, typer.Option(help="Context tokens shared by all slots.", show_default=_default("ctx_size"))
+    ] = None,
+    parallel: Annotated[
+        int | None, typer.Option(help="Concurrent generation slots.", show_default=_default("parallel"))
+    ] = None,
+    threads: Annotated[
+        int | None, typer.Option(help="CPU threads (0: one per core).", show_default=_default("threads"))
+    ] = None,
+    models_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where pulled models are kept.",
+            show_default="$KIMI_MODELS_DIR, else $XDG_CACHE_HOME/kimi-server/models, else ~/.cache/kimi-server/models",
+        ),
+    ] = None,
     admin_key: Annotated[  # Gateway (issue 10)
         str | None, typer.Option("--admin-key", help="Enables the admin API (/admin/v1/) with this key.")
     ] = None,
-    ctx_size: Annotated[int | None, typer.Option(help="Context tokens shared by all slots.")] = None,
-    parallel: Annotated[int | None, typer.Option(help="Concurrent generation slots.")] = None,
-    threads: Annotated[int | None, typer.Option(help="CPU threads (0: one per core).")] = None,
-    models_dir: Annotated[Path | None, typer.Option(help="Where pulled models are kept.")] = None,
     # Upstreams (issue 9)
     upstream: Annotated[
         str | None, typer.Option(help="Serve every model id from this OpenAI-compatible base URL (…/v1).")
     ] = None,
     upstream_dialect: Annotated[
-        str | None, typer.Option(help="vllm, sglang, llamacpp, moonshot or openai (default).")
+        str | None, typer.Option(help="vllm, sglang, llamacpp, moonshot or openai.", show_default="openai")
     ] = None,
-    upstream_model: Annotated[str | None, typer.Option(help="The upstream's model name.")] = None,
+    upstream_model: Annotated[
+        str | None, typer.Option(help="The upstream's model name.", show_default="the public model id")
+    ] = None,
     # Media input (issue 11)
     mmproj: Annotated[
         Path | None, typer.Option(help="Multimodal projector (GGUF) for the embedded model: it sees images.")
@@ -89,12 +137,8 @@ def serve(
         raise typer.Exit(1) from None
     keys, dev_key = build_keys(settings)
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    base = f"http://{settings.host}:{settings.port}/v1"
-    console.print(f"kimi-server: serving {', '.join(sorted(engines.served()))}")
-    console.print(f"  base URL: {base}")
-    if dev_key:
-        console.print(f"  development API key: {dev_key}")
-    console.print(f"  docs: http://{settings.host}:{settings.port}/docs")
+    for line in start_lines(settings, sorted(engines.served()), dev_key):
+        console.print(line, soft_wrap=True, highlight=False)
     uvicorn.run(
         create_app(settings, engines, keys),
         host=settings.host,

@@ -13,11 +13,12 @@ from fastapi import APIRouter, Depends, Request
 from kimi_server.engines.llamacpp.prompt_cache import CacheStats, CacheStatsSource
 from kimi_server.gate.auth import Principal
 from kimi_server.http.state import app_state, authenticated
+from kimi_server.protocol.common import ErrorBody
 
 router = APIRouter(tags=["Prompt cache"])
 
 
-@router.get("/v1/cache/stats")
+@router.get("/v1/cache/stats", responses={401: {"model": ErrorBody}})
 async def cache_stats(request: Request, principal: Principal = Depends(authenticated)) -> Any:
     """Hits, misses, writes, evictions and what the prompt cache holds."""
     total: CacheStats | None = None

@@ -25,6 +25,17 @@ router = APIRouter(include_in_schema=False, dependencies=[Depends(docs_access)])
 @router.get("/openapi.json")
 async def openapi(request: Request) -> dict[str, Any]:
     schema: dict[str, Any] = request.app.openapi()
+    return without_validation_errors(schema)
+
+
+def without_validation_errors(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drops the 422 FastAPI advertises for every body: invalid input is a 400 here."""
+    for path in schema.get("paths", {}).values():
+        for operation in path.values():
+            operation.get("responses", {}).pop("422", None)
+    components = schema.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
     return schema
 
 

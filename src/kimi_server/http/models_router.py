@@ -11,15 +11,17 @@ from kimi_server.gate.auth import Principal
 from kimi_server.http.overload import tenant_engine_stats
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.policy.catalogue import CATALOGUE, ModelSpec
+from kimi_server.protocol.common import ErrorBody
 
 router = APIRouter()
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}}
 
 
 def _model(spec: ModelSpec) -> dict[str, Any]:
     return {"id": spec.id, "object": "model", "created": spec.created, "owned_by": spec.owned_by}
 
 
-@router.get("/v1/models", tags=["Models"])
+@router.get("/v1/models", tags=["Models"], responses=UNAUTHORIZED)
 async def list_models(request: Request, principal: Principal = Depends(authenticated)) -> dict[str, Any]:
     served = app_state(request).engines.served()
     if principal.record is not None and principal.record.models is not None:  # Gateway (issue 10)
@@ -27,7 +29,7 @@ async def list_models(request: Request, principal: Principal = Depends(authentic
     return {"object": "list", "data": [_model(s) for s in CATALOGUE if s.id in served]}
 
 
-@router.get("/v1/models/{model_id}", tags=["Models"])
+@router.get("/v1/models/{model_id}", tags=["Models"], responses={**UNAUTHORIZED, 404: {"model": ErrorBody}})
 async def retrieve_model(
     model_id: str, request: Request, principal: Principal = Depends(authenticated)
 ) -> dict[str, Any]:
@@ -40,7 +42,7 @@ async def retrieve_model(
     raise NotFoundError(f"The model '{model_id}' does not exist.", param="model")
 
 
-@router.get("/v1/engine/stats", tags=["Operations"])
+@router.get("/v1/engine/stats", tags=["Operations"], responses=UNAUTHORIZED)
 async def engine_stats(request: Request, principal: Principal = Depends(authenticated)) -> dict[str, Any]:
     """Per engine, the caller's own counters: its generation calls in flight, calls cancelled by
     its client leaving, and its requests admitted, waiting and refused (server-wide totals are

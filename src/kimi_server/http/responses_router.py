@@ -26,6 +26,7 @@ from kimi_server.serving.web_search import check_search_tools  # Web search (iss
 
 router = APIRouter(tags=["Responses"])
 
+# What the server really returns (docs/contract.md, Errors); invalid input is a 400, never 422.
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 500, 503)
 }

@@ -54,8 +54,7 @@ def convert_message(index: int, msg: ChatMessage, accepts_images: bool) -> Messa
                 kind = "image" if isinstance(part, ImagePart) else "video"
                 raise InvalidRequestError(
                     f"This model cannot see {kind}s: 'messages[{index}].content[{j}]' is an "
-                    f"{part.type} part. Send text only, or route the model to an engine with "
-                    "vision support.",
+                    f"{part.type} part. Send text only: the models this server runs read text.",
                     param=f"messages[{index}].content[{j}]",
                     code="unsupported_content",
                 )

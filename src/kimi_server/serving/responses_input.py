@@ -57,8 +57,8 @@ class _AssistantTurn:
 def _image(part: InputImage, where: str, accepts_images: bool) -> str:
     if not accepts_images:
         raise InvalidRequestError(
-            f"This model cannot see images: '{where}' is an input_image part. Send text only, "
-            "or route the model to an engine with vision support.",
+            f"This model cannot see images: '{where}' is an input_image part. Send text only: "
+            "the models this server runs read text.",
             param=where,
             code="unsupported_content",
         )

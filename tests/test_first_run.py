@@ -1,0 +1,93 @@
+"""What a new user meets first: ``serve --help`` shows the defaults, the lines printed at start
+are true (the docs link opens, or the line says a key is needed), and ``/openapi.json``
+advertises the statuses the server really returns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from kimi_server.cli import app as cli_app
+from kimi_server.cli import start_lines
+from kimi_server.engines.scripted import ScriptedEngine
+from kimi_server.gate.auth import KeyRing
+from kimi_server.http.app import create_app
+from kimi_server.policy.catalogue import CATALOGUE
+from kimi_server.serving.common import EngineSet
+from kimi_server.settings import Settings
+from tests.conftest import TEST_KEY, model_path
+
+
+def test_serve_help_shows_the_defaults() -> None:
+    result = CliRunner().invoke(cli_app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    defaults = Settings.model_fields
+    for flag, name in (("--host", "host"), ("--port", "port"), ("--model", "model"),
+                       ("--ctx-size", "ctx_size"), ("--parallel", "parallel"), ("--threads", "threads")):
+        line = next(x for x in result.output.splitlines() if flag in x)
+        assert f"[default: ({defaults[name].default})]" in line, line
+    assert "development key" in result.output and "KIMI_MODELS_DIR" in result.output
+
+
+def app_with(tmp_path: Path, **settings: object) -> TestClient:
+    engine = ScriptedEngine()
+    config = Settings(api_keys=[TEST_KEY], data_dir=tmp_path, **settings)  # type: ignore[arg-type]
+    return TestClient(create_app(config, EngineSet({s.id: engine for s in CATALOGUE}), KeyRing([TEST_KEY])))
+
+
+def test_printed_docs_line_is_true_with_the_default_settings(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    lines = start_lines(settings, ["kimi-k3"], "sk-kimi-dev")
+    docs = next(x for x in lines if "docs:" in x)
+    # Docs need a key by default, which a browser cannot send: the line must say so.
+    assert "with the API key" in docs and "KIMI_PUBLIC_DOCS=true" in docs
+    with app_with(tmp_path) as c:
+        assert c.get("/docs").status_code == 401
+        assert c.get("/openapi.json").status_code == 401
+        auth = {"Authorization": f"Bearer {TEST_KEY}"}
+        assert c.get("/openapi.json", headers=auth).json()["info"]["title"] == "kimi-server"
+
+
+def test_public_docs_open_in_a_browser(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, public_docs=True)
+    lines = start_lines(settings, ["kimi-k3"], None)
+    assert "  docs: http://127.0.0.1:8000/docs" in lines
+    assert not any("development API key" in x for x in lines)
+    with app_with(tmp_path, public_docs=True) as c:
+        page = c.get("/docs")
+        assert page.status_code == 200 and "/openapi.json" in page.text
+        assert c.get("/openapi.json").status_code == 200
+
+
+def test_openapi_advertises_the_statuses_the_server_returns(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    advertised = {
+        (path, method): set(op["responses"]) for path, ops in schema["paths"].items() for method, op in ops.items()
+    }
+    generating = {"200", "400", "401", "404", "413", "500", "503"}
+    assert advertised[("/v1/chat/completions", "post")] == generating
+    assert advertised[("/v1/responses", "post")] == generating
+    assert advertised[("/v1/models", "get")] == {"200", "401"}
+    assert advertised[("/v1/models/{model_id}", "get")] == {"200", "401", "404"}
+    assert advertised[("/health", "get")] == {"200"}
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
+    # What a 422 would have been is a 400 naming the field.
+    bad = client.post("/v1/chat/completions", json={"model": "kimi-k3", "messages": "nope"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+    assert client.get("/v1/models/nope").status_code == 404
+    for path, method in advertised:
+        if path != "/health":
+            call = client.post if method == "post" else client.get
+            assert call(path.replace("{model_id}", "kimi-k3"), headers={"Authorization": ""}).status_code == 401
+
+
+def test_model_paths_follow_the_servers_directory_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    mp = monkeypatch
+    mp.setenv("KIMI_MODELS_DIR", "/srv/models")
+    assert model_path("smollm2-135m").parent == Path("/srv/models")
+    mp.delenv("KIMI_MODELS_DIR")
+    mp.setenv("XDG_CACHE_HOME", "/srv/cache")
+    assert model_path("smollm2-135m").parent == Path("/srv/cache/kimi-server/models")
