@@ -87,7 +87,9 @@ def redis_prefix() -> str:
 def make_app(tmp: Path, engine: ScriptedEngine | None = None, **settings: Any) -> tuple[FastAPI, ScriptedEngine]:
     engine = engine or ScriptedEngine()
     engines = EngineSet({spec.id: engine for spec in CATALOGUE})
-    settings = {"api_keys": [STATIC_KEY], "data_dir": tmp / "data", "admin_key": ADMIN_KEY, **settings}
+    # The bursts here test the gateway's limits, not the overload queue (tests/test_overload.py).
+    queue = {"queue_max": 1024, "queue_max_per_key": 1024}
+    settings = {"api_keys": [STATIC_KEY], "data_dir": tmp / "data", "admin_key": ADMIN_KEY, **queue, **settings}
     conf = Settings(**settings)
     return create_app(conf, engines, KeyRing([STATIC_KEY])), engine
 

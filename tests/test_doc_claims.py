@@ -10,6 +10,11 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from kimi_server.cli import app as cli_app
+from kimi_server.engines.scripted import ScriptedEngine
+from kimi_server.gate.auth import KeyRing
+from kimi_server.http.app import create_app
+from kimi_server.policy.catalogue import CATALOGUE
+from kimi_server.serving.common import EngineSet
 from kimi_server.settings import Settings
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -31,15 +36,20 @@ def test_every_documented_setting_and_flag_exists() -> None:
             assert flag in help_text, f"docs/configuration.md names {flag}"
 
 
-def test_web_search_refusal_names_no_setting_that_does_not_exist(client: TestClient) -> None:
-    for tools in ([{"type": "web_search"}], [{"type": "builtin_function", "function": {"name": "$web_search"}}]):
-        r = client.post(URL, json={"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "x"}],
-                                   "tools": tools})
-        error = r.json()["error"]
-        assert r.status_code == 400 and error["code"] == "unsupported_tool" and error["param"] == "tools[0]"
-        assert "operator" not in error["message"] and "function tool" in error["message"]
-    r = client.post("/v1/responses", json={"model": "kimi-k3.1-pro", "input": "x", "tools": [{"type": "web_search"}]})
-    assert r.status_code == 400 and "operator" not in r.json()["error"]["message"]
+def test_web_search_refusal_names_a_setting_that_exists(tmp_path: Path) -> None:
+    """With no search provider the refusal tells the operator which setting turns it on."""
+    engines = EngineSet({spec.id: ScriptedEngine() for spec in CATALOGUE})
+    settings = Settings(api_keys=["sk-t"], data_dir=tmp_path / "data", web_search_provider="none")
+    with TestClient(create_app(settings, engines, KeyRing(["sk-t"])), headers={"Authorization": "Bearer sk-t"}) as c:
+        for tools in ([{"type": "web_search"}], [{"type": "builtin_function", "function": {"name": "$web_search"}}]):
+            r = c.post(URL, json={"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "x"}],
+                                  "tools": tools})
+            error = r.json()["error"]
+            assert r.status_code == 400 and error["code"] == "unsupported_tool" and error["param"] == "tools[0]"
+            named = re.findall(r"\((\w+)\)", error["message"])
+            assert named and all(n in Settings.model_fields for n in named)
+        r = c.post("/v1/responses", json={"model": "kimi-k3.1-pro", "input": "x", "tools": [{"type": "web_search"}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_tool"
 
 
 def test_vision_refusal_advises_what_a_client_can_do(client: TestClient) -> None:

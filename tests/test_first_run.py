@@ -67,7 +67,7 @@ def test_openapi_advertises_the_statuses_the_server_returns(client: TestClient) 
     advertised = {
         (path, method): set(op["responses"]) for path, ops in schema["paths"].items() for method, op in ops.items()
     }
-    generating = {"200", "400", "401", "404", "413", "500", "503"}
+    generating = {"200", "400", "401", "404", "413", "429", "500", "503"}
     assert advertised[("/v1/chat/completions", "post")] == generating
     assert advertised[("/v1/responses", "post")] == generating
     assert advertised[("/v1/models", "get")] == {"200", "401"}

@@ -26,6 +26,7 @@ from kimi_server.gate.gateway import (
     STATE_USAGE,
 )
 from kimi_server.gate.metrics import Metrics
+from kimi_server.logsafe import log_failure
 
 log = logging.getLogger("kimi_server.requests")
 _SANE_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
@@ -92,7 +93,7 @@ class RequestContext:
             # handler, so the 500 carries the request id too.
             if status_sent:
                 raise
-            log.exception("unhandled error", exc_info=exc)
+            log_failure(log, "unhandled error", exc)
             body = json.dumps(InternalServerError().to_body()).encode()
             await send_with_headers({
                 "type": "http.response.start", "status": 500,
