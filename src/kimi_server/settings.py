@@ -6,6 +6,7 @@ The TOML file is named by ``--config`` or ``KIMI_CONFIG``; see docs/configuratio
 from __future__ import annotations
 
 import os
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -37,11 +38,15 @@ class EffortBudget(BaseModel):
         return self
 
 
+# Levels never overlap (low.cap <= high.floor, high.cap <= max.floor), so a higher effort always
+# reasons longer; sized so a default (max) request answers in seconds on two CPU cores with the
+# default model (docs/configuration.md has the measured time).
 DEFAULT_BUDGETS = {
-    "low": EffortBudget(floor=16, cap=256),
-    "high": EffortBudget(floor=64, cap=2048),
-    "max": EffortBudget(floor=160, cap=8192),
+    "low": EffortBudget(floor=16, cap=64),
+    "high": EffortBudget(floor=96, cap=192),
+    "max": EffortBudget(floor=224, cap=448),
 }
+EFFORT_ORDER = ("low", "high", "max")
 
 
 class ModelRoute(BaseModel):
@@ -65,7 +70,7 @@ class Settings(BaseSettings):
     model: str = "qwen2.5-coder-0.5b"
     auto_pull: bool = True
     routes: dict[str, ModelRoute] = Field(default_factory=dict)
-    ctx_size: int = Field(default=16384, ge=256)
+    ctx_size: int = Field(default=32768, ge=256)
     parallel: int = Field(default=8, ge=1, le=256)
     threads: int = Field(default=0, ge=0)
     reasoning_format: str = "prompted"
@@ -107,7 +112,17 @@ class Settings(BaseSettings):
     @field_validator("budgets", mode="after")
     @classmethod
     def _all_levels(cls, value: dict[str, EffortBudget]) -> dict[str, EffortBudget]:
-        return {**DEFAULT_BUDGETS, **value}
+        merged = {**DEFAULT_BUDGETS, **value}
+        # Effort must order the reasoning on every request (issue 8): a level's cap may not
+        # reach past the next level's floor.
+        for lower, upper in pairwise(EFFORT_ORDER):
+            a, b = merged.get(lower), merged.get(upper)
+            if a is not None and b is not None and a.cap > b.floor:
+                raise ValueError(
+                    f"budgets overlap: {lower}.cap ({a.cap}) exceeds {upper}.floor ({b.floor}); "
+                    "each level's cap must be at most the next level's floor"
+                )
+        return merged
 
     @classmethod
     def settings_customise_sources(

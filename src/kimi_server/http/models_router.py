@@ -9,26 +9,36 @@ from fastapi import APIRouter, Depends, Request
 from kimi_server.errors import NotFoundError
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.policy.catalogue import CATALOGUE, ModelSpec
+from kimi_server.serving.common import EngineSet
 
 router = APIRouter()
 
 
-def _model(spec: ModelSpec) -> dict[str, Any]:
-    return {"id": spec.id, "object": "model", "created": spec.created, "owned_by": spec.owned_by}
+def _model(spec: ModelSpec, engines: EngineSet) -> dict[str, Any]:
+    return {
+        "id": spec.id,
+        "object": "model",
+        "created": spec.created,
+        "owned_by": spec.owned_by,
+        # The window this server really gives (the engine's ctx_size), not the hosted one.
+        "context_length": engines.for_model(spec.id).context_length(),
+    }
 
 
 @router.get("/v1/models", tags=["Models"], dependencies=[Depends(authenticated)])
 async def list_models(request: Request) -> dict[str, Any]:
-    served = app_state(request).engines.served()
-    return {"object": "list", "data": [_model(s) for s in CATALOGUE if s.id in served]}
+    engines = app_state(request).engines
+    served = engines.served()
+    return {"object": "list", "data": [_model(s, engines) for s in CATALOGUE if s.id in served]}
 
 
 @router.get("/v1/models/{model_id}", tags=["Models"], dependencies=[Depends(authenticated)])
 async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
-    served = app_state(request).engines.served()
+    engines = app_state(request).engines
+    served = engines.served()
     for spec in CATALOGUE:
         if spec.id == model_id and spec.id in served:
-            return _model(spec)
+            return _model(spec, engines)
     raise NotFoundError(f"The model '{model_id}' does not exist.", param="model")
 
 

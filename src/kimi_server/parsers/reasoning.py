@@ -19,15 +19,47 @@ class ReasoningFormat:
     kind: Literal["prompted", "native"]
     opener: str
     closer: str
+    # Told to a model that has no thinking mode of its own (in the system turn), so that it
+    # knows what the block it is given is for and answers after it (issue 8).
+    hint: str = ""
 
     @property
     def stop_marker(self) -> str:
         """The closing tag the model may emit itself, without surrounding whitespace."""
         return self.closer.strip()
 
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """Tags that open or close a reasoning block: an answer ends at them (issue 8)."""
+        return tuple(dict.fromkeys((self.opener.strip(), self.stop_marker, *THINK_TAGS)))
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """All text of the reasoning machinery, none of which belongs in an answer: the think
+        tags, and the wrapper tags small models put around an answer after thinking."""
+        return (*self.stops, *WRAPPER_TAGS)
+
+
+THINK_TAGS = ("<think>", "</think>")
+WRAPPER_TAGS = tuple(
+    tag
+    for name in ("answer", "final_answer", "final", "reply", "response", "result")
+    for tag in (f"<{name}>", f"</{name}>")
+)
+
 
 REASONING_FORMATS: dict[str, ReasoningFormat] = {
-    "prompted": ReasoningFormat("prompted", "prompted", "<think>\n", "\n</think>\n\n"),
+    "prompted": ReasoningFormat(
+        "prompted",
+        "prompted",
+        "<think>\n",
+        "\n</think>\n\n",
+        hint=(
+            "You first think the request through privately, step by step; the user never sees "
+            "that. Then you reply to the user in plain words: answer the question itself, "
+            "starting with the answer."
+        ),
+    ),
     "think-tags": ReasoningFormat("think-tags", "native", "<think>", "</think>"),
 }
 
@@ -106,3 +138,26 @@ def _partial_suffix(text: str, tag: str) -> int:
         if text.endswith(tag[:n]):
             return n
     return 0
+
+
+class MarkerScrub:
+    """Removes marker text from a stream (for answers under a grammar, where a stop sequence
+    would cut the JSON short). A marker split across chunks is held back until decided."""
+
+    def __init__(self, markers: tuple[str, ...]) -> None:
+        self._markers = markers
+        self._buf = ""
+
+    def feed(self, text: str) -> str:
+        self._buf += text
+        # Removing one marker may join the text around it into another.
+        while any(m in self._buf for m in self._markers):
+            for marker in self._markers:
+                self._buf = self._buf.replace(marker, "")
+        keep = max((_partial_suffix(self._buf, m) for m in self._markers), default=0)
+        out, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
+        return out
+
+    def flush(self) -> str:
+        rest, self._buf = self._buf, ""
+        return rest

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EmbeddedConfig:
     model_path: Path
-    n_ctx: int = 16384
+    n_ctx: int = 32768
     n_parallel: int = 8
     n_threads: int = 0  # 0: one per core
     reasoning_format: str = "prompted"
@@ -90,6 +90,10 @@ class EmbeddedEngine:
 
     def accepts_images(self) -> bool:
         return False
+
+    def context_length(self) -> int:
+        # One unified KV cache: a single request may use all of it (issue 8).
+        return self.config.n_ctx
 
     def stats(self) -> dict[str, int]:
         runner = self._runner
@@ -157,6 +161,7 @@ class EmbeddedEngine:
             request.messages,
             tools=request.tools,
             history_reasoning=(self.fmt.opener, self.fmt.closer),
+            hint=self.fmt.hint,
         )
         policy = request.cache
         lease = await self.cache.acquire(policy.namespace, prompt, policy.ttl_seconds)
@@ -176,6 +181,7 @@ class EmbeddedEngine:
         ctx = PhaseContext(
             self._runner, request, self.fmt, self._sampling(),
             slot=lease.holder, reuse=lease.reuse, settle=settle, utility_slot=self.utility_slot,
+            context_window=self.config.n_ctx,
         )
         try:
             async for event in prompted_generation(ctx, prompt, plan):
