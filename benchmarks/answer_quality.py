@@ -56,21 +56,39 @@ def _numbers(text: str) -> list[float]:
     return [n for m in _NUMBER.findall(text) if (n := _number(m)) is not None]
 
 
+# Words after which a reply states a result: "= 12", "is 391", "equals 81", "answer: 5".
+_CUE = re.compile(r"(?:=|\bis\b|\bequals\b|\bare\b|\bbe\b|:|\bgives\b|\bget\b|\bresult in\b)", re.I)
+
+
+def _stated(reply: str) -> list[float]:
+    """Numbers that follow a result cue within a few words, in order."""
+    out: list[float] = []
+    for cue in _CUE.finditer(reply):
+        window = reply[cue.end() : cue.end() + 40]
+        found = _NUMBER.search(window)
+        if found is not None and len(window[: found.start()].split()) <= 3:
+            value = _number(found.group())
+            if value is not None:
+                out.append(value)
+    return out
+
+
 def judge(q: Question, reply: str) -> bool:
     """Right when the reply gives one of the accepted answers.
 
-    Numbers: the first number in the reply that is not one of the question's own numbers must
-    equal the answer (so restating ``17 * 23`` does not count, and a wrong result that happens
-    to be followed by the right digits elsewhere does not either). Text: a whole-word match,
-    case-insensitive unless the question says otherwise.
+    Numbers: the question's own numbers are left out (restating ``17 * 23`` says nothing);
+    of the rest, the last one stated as a result ("= 12", "is 391") must equal the answer, or
+    with no such statement the last number at all. Text: a whole-word match, case-insensitive
+    unless the question says otherwise.
     """
-    reply = reply.replace("**", "").replace("`", "'")
+    reply = reply.replace("**", "").replace("`", "'").replace("\\(", "").replace("\\)", "")
     for answer in q.answers:
         value = _number(answer)
         if value is not None:
-            given = _numbers(q.question)
-            fresh = [n for n in _numbers(reply) if n not in given]
-            if fresh and fresh[0] == value:
+            given = set(_numbers(q.question))
+            stated = [n for n in _stated(reply) if n not in given]
+            fresh = stated or [n for n in _numbers(reply) if n not in given]
+            if fresh and fresh[-1] == value:
                 return True
             continue
         flags = 0 if q.case else re.IGNORECASE

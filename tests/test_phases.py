@@ -78,20 +78,24 @@ def run(llama: FakeLlama, req: GenerationRequest) -> list[EngineEvent]:
 def test_floor_masks_end_of_turn_then_model_stops() -> None:
     llama = FakeLlama(natural_stop=3)
     events = run(llama, request(floor=5, cap=50, max_out=100))
-    floor_call, rest_call, answer_call = llama.calls
+    floor_call, rest_call, lead_call, answer_call = llama.calls
     assert floor_call["ignore_eos"] is True and floor_call["n_predict"] == 5
     assert "</think>" in floor_call["stop"] and "<answer>" in floor_call["stop"]
     assert ["</", False] in floor_call["logit_bias"]  # the closing tag cannot even start
     assert rest_call["n_predict"] == 45 and "ignore_eos" not in rest_call
     assert answer_call["prompt"].startswith("PROMPT<think>\n") and "\n</think>\n\n" in answer_call["prompt"]
+    # The answer's first tokens cannot end it (nor reopen a think block).
+    assert lead_call["ignore_eos"] is True and lead_call["n_predict"] == 3
+    assert ["<think>", False] in lead_call["logit_bias"]
+    assert answer_call["prompt"].endswith("w0 w1 w2 ") and "ignore_eos" not in answer_call
     finish = events[-1]
     assert isinstance(finish, Finish)
     assert finish.usage.reasoning_tokens == 8
-    assert finish.usage.completion_tokens == 11
+    assert finish.usage.completion_tokens == 14
     assert finish.usage.prompt_tokens == 10 and finish.usage.cached_tokens == 4
     assert finish.usage.cache_write_tokens == 6
     kinds = [type(e).__name__ for e in events[:-1]]
-    assert kinds == ["ReasoningDelta"] * 8 + ["ContentDelta"] * 3
+    assert kinds == ["ReasoningDelta"] * 8 + ["ContentDelta"] * 6
 
 
 def test_reasoning_cap_and_output_cap() -> None:
@@ -169,8 +173,9 @@ class ClosingLlama(FakeLlama):
                 f"r{i}" + ("\n" if self.line and (i + 1) % self.line == 0 else " ")
                 for i in range(self.closes_after)
             ] + ["</think>"]
-        else:
-            pieces = [self.answer[i : i + 3] for i in range(0, len(self.answer), 3)]
+        else:  # continues the answer from what the prompt already holds of it
+            rest = self.answer[len(body["prompt"].rsplit("</think>\n\n", 1)[-1]) :]
+            pieces = [rest[i : i + 3] for i in range(0, len(rest), 3)]
         stops = body.get("stop") or []
         text, sent, n, reason = "", 0, 0, "length"
         for piece in pieces:
@@ -204,10 +209,10 @@ def test_floor_holds_when_the_model_writes_the_closer() -> None:
     assert finish.usage.reasoning_tokens >= 12
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
     assert "</think>" not in reasoning and reasoning.count("r0") >= 4  # kept thinking
-    floor_calls = [c for c in llama.calls if c.get("ignore_eos")]
-    assert len(floor_calls) >= 4 and all(c["logit_bias"] for c in floor_calls)
+    floor_calls = [c for c in llama.calls if c.get("ignore_eos") and "</think>" not in c["prompt"]]
+    assert len(floor_calls) == 4 and all(c["logit_bias"] for c in floor_calls)
     # Each floor call continues from the reasoning so far, without the dropped closer.
-    assert all("</think>" not in c["prompt"].split("<think>", 1)[1] for c in floor_calls)
+    assert floor_calls[-1]["prompt"] == "PROMPT<think>\n" + "r0 r1 " * 3
 
 
 def test_answer_stops_at_think_tags_and_drops_wrapper_tags() -> None:
@@ -224,7 +229,7 @@ def test_answer_sees_only_finished_lines_of_reasoning_cut_by_the_cap() -> None:
     events = run(llama, request(floor=0, cap=5, max_out=100))
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
     assert reasoning == "r0 r1 r2\nr3 r4 "  # the client sees all of it
-    assert llama.calls[-1]["prompt"].endswith("<think>\nr0 r1 r2\n</think>\n\n")
+    assert llama.calls[-2]["prompt"].endswith("<think>\nr0 r1 r2\n</think>\n\n")
 
 
 def test_marker_text_scrubbed_under_a_grammar() -> None:

@@ -55,9 +55,9 @@ REASONING_FORMATS: dict[str, ReasoningFormat] = {
         "<think>\n",
         "\n</think>\n\n",
         hint=(
-            "You first think the request through privately, step by step; the user never sees "
-            "that. Then you reply to the user in plain words: answer the question itself, "
-            "starting with the answer."
+            "Before you reply, think the problem through step by step between <think> and "
+            "</think>. After </think>, give your final reply to the user: it must answer the "
+            "question itself, starting with the answer."
         ),
     ),
     "think-tags": ReasoningFormat("think-tags", "native", "<think>", "</think>"),

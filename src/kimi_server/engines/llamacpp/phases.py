@@ -150,6 +150,10 @@ def open_thinking(prompt: str, fmt: ReasoningFormat) -> str:
     return prompt + fmt.opener
 
 
+# Answer tokens during which end-of-turn and think tags are masked, so no answer is empty.
+ANSWER_LEAD = 3
+
+
 def floor_bans(fmt: ReasoningFormat) -> list[list[Any]]:
     """Tokens banned while the floor lasts: the ones that open a closing tag ("</"), however
     the tokenizer splits it after a space or a newline."""
@@ -211,10 +215,31 @@ async def answer(
     ctx: PhaseContext, prompt: str, extra: dict[str, Any], *, stops: bool = True
 ) -> AsyncIterator[str | CompletionResult]:
     remaining = ctx.request.max_output_tokens - ctx.tally.completion
-    body = ctx.body(prompt, remaining, **extra)
-    if stops:
-        # Free text ends where the model opens or closes a reasoning block again.
-        body["stop"] = [*ctx.fmt.stops, *ctx.request.stop]
+    if not stops:
+        async for item in _call(ctx, ctx.body(prompt, remaining, **extra), reasoning=False):
+            yield item
+        return
+    # Free text ends where the model opens or closes a reasoning block again. Its first tokens
+    # may not end it, though: a model that believes its reasoning already answered would end
+    # the turn at once, or reopen a think block, and leave the answer empty.
+    stop = [*ctx.fmt.stops, *ctx.request.stop]
+    lead = min(ANSWER_LEAD, remaining)
+    bans = [[tag, False] for tag in ctx.fmt.stops]
+    said: list[str] = []
+    done = False
+    body = ctx.body(prompt, lead, stop=stop, ignore_eos=True, logit_bias=bans, **extra)
+    async for item in _call(ctx, body, reasoning=False):
+        if isinstance(item, CompletionResult):
+            # Only a stop sequence ends the lead early (end-of-turn is masked).
+            done = item.finish_reason == "stop" or lead == remaining
+            if done:
+                yield item
+            continue
+        said.append(item)
+        yield item
+    if done or ctx.context_full:
+        return
+    body = ctx.body(prompt + "".join(said), remaining - lead, stop=stop, **extra)
     async for item in _call(ctx, body, reasoning=False):
         yield item
 
