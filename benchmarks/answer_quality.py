@@ -116,7 +116,9 @@ async def _bounded(jobs: list[Callable[[], Awaitable[str]]], parallel: int) -> l
     return await asyncio.gather(*(run(j) for j in jobs))
 
 
-def direct_answers(model_path: Path, questions: list[Question], parallel: int) -> list[str]:
+def direct_answers(
+    model_path: Path, questions: list[Question], parallel: int, threads: int
+) -> list[str]:
     """The baseline: the same GGUF through llama.cpp alone (xllamacpp), its own chat template
     applied by llama.cpp, the same sampling settings as the server's defaults, no reasoning."""
     import xllamacpp
@@ -128,6 +130,9 @@ def direct_answers(model_path: Path, questions: list[Question], parallel: int) -
     params.model.path = str(model_path)
     params.n_ctx = 8192
     params.n_parallel = parallel
+    if threads:
+        params.cpuparams.n_threads = threads
+        params.cpuparams_batch.n_threads = threads
     params.use_jinja = True
     params.warmup = False
     params.verbosity = -1
@@ -186,6 +191,7 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--limit", type=int, default=0, help="only the first N questions")
     parser.add_argument("--parallel", type=int, default=4, help="requests in flight at once")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: one per core)")
     args = parser.parse_args()
     questions = load_questions()
     if args.limit:
@@ -194,11 +200,12 @@ def main() -> None:
 
     scores: dict[str, int] = {}
     started = time.monotonic()
-    replies = direct_answers(path, questions, args.parallel)
+    replies = direct_answers(path, questions, args.parallel, args.threads)
     scores["direct"] = sum(judge(q, r) for q, r in zip(questions, replies, strict=True))
     print(f"direct (llama.cpp, no reasoning): {scores['direct']}/{len(questions)}", flush=True)
     slots = str(args.parallel)
-    with running_server(args.model, "--parallel", slots, "--ctx-size", "8192") as url:
+    server_args = ("--parallel", slots, "--ctx-size", "8192", "--threads", str(args.threads))
+    with running_server(args.model, *server_args) as url:
         for label, effort in (("low", "low"), ("default (max)", None)):
             t0 = time.monotonic()
             replies = server_answers(url, KEY, questions, effort, args.parallel)

@@ -21,7 +21,7 @@ from kimi_server.engines.types import (
     ReasoningBudget,
     ReasoningDelta,
 )
-from kimi_server.parsers.reasoning import get_reasoning_format
+from kimi_server.parsers.reasoning import MarkerScrub, get_reasoning_format
 
 
 class FakeLlama:
@@ -233,9 +233,14 @@ def test_answer_sees_only_finished_lines_of_reasoning_cut_by_the_cap() -> None:
 
 
 def test_marker_text_scrubbed_under_a_grammar() -> None:
-    from kimi_server.parsers.reasoning import MarkerScrub
-
     scrub = MarkerScrub(("<think>", "</think>", "<answer>", "</answer>"))
     stream = ['{"a": "x</th', 'ink>y<', "answ", 'er>z<thi</think>nk>"}', "</"]
     out = "".join(scrub.feed(p) for p in stream) + scrub.flush()
     assert out == '{"a": "xyz"}</'
+
+
+def test_marker_variants_scrubbed() -> None:
+    scrub = MarkerScrub(get_reasoning_format("prompted").markers)
+    stream = ["< think>\n80", " is < /Answer >it <", "b>x</b> a<b", "<"]
+    out = "".join(scrub.feed(p) for p in stream) + scrub.flush()
+    assert out == "\n80 is it <b>x</b> a<b<"

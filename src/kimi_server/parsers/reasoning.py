@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -141,20 +142,25 @@ def _partial_suffix(text: str, tag: str) -> int:
 
 
 class MarkerScrub:
-    """Removes marker text from a stream (for answers under a grammar, where a stop sequence
-    would cut the JSON short). A marker split across chunks is held back until decided."""
+    """Removes marker text from a streamed answer: the given markers, also spelled with spaces
+    or in capitals (``< think>``, ``</Answer >``). A marker split across chunks is held back
+    until it is decided."""
 
     def __init__(self, markers: tuple[str, ...]) -> None:
-        self._markers = markers
+        names = sorted({m.strip("</>") for m in markers}, key=len, reverse=True)
+        alternatives = "|".join(re.escape(n) for n in names)
+        self._full = re.compile(rf"<\s*/?\s*(?:{alternatives})\s*>", re.IGNORECASE)
+        # What may still grow into a marker: "<", "< /", "</thi", "</think " ...
+        self._partial = re.compile(r"<\s*/?\s*[A-Za-z_]*\s*$")
         self._buf = ""
 
     def feed(self, text: str) -> str:
         self._buf += text
         # Removing one marker may join the text around it into another.
-        while any(m in self._buf for m in self._markers):
-            for marker in self._markers:
-                self._buf = self._buf.replace(marker, "")
-        keep = max((_partial_suffix(self._buf, m) for m in self._markers), default=0)
+        while (cleaned := self._full.sub("", self._buf)) != self._buf:
+            self._buf = cleaned
+        held = self._partial.search(self._buf[-24:])
+        keep = len(held.group()) if held is not None else 0
         out, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
         return out
 
