@@ -180,7 +180,11 @@ class EmbeddedEngine:
 
         ctx = PhaseContext(
             self._runner, request, self.fmt, self._sampling(),
-            slot=lease.holder, reuse=lease.reuse, settle=settle, utility_slot=self.utility_slot,
+            # A seeded request computes its whole prompt every time: a prompt served from the
+            # cache leaves its last token to a batch of another shape, which shifts the logits
+            # enough to change a sampled token (issue 8).
+            slot=lease.holder, reuse=lease.reuse and request.seed is None, settle=settle,
+            utility_slot=self.utility_slot,
             context_window=self.config.n_ctx,
         )
         try:
