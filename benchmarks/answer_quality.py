@@ -192,6 +192,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="only the first N questions")
     parser.add_argument("--parallel", type=int, default=4, help="requests in flight at once")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: one per core)")
+    parser.add_argument("--show-wrong", action="store_true", help="print each wrong reply")
     args = parser.parse_args()
     questions = load_questions()
     if args.limit:
@@ -200,8 +201,18 @@ def main() -> None:
 
     scores: dict[str, int] = {}
     started = time.monotonic()
+
+    def score(label: str, replies: list[str]) -> int:
+        right = 0
+        for q, reply in zip(questions, replies, strict=True):
+            if judge(q, reply):
+                right += 1
+            elif args.show_wrong:
+                print(f"  [{label}] {q.question} -> {reply[:160]!r}")
+        return right
+
     replies = direct_answers(path, questions, args.parallel, args.threads)
-    scores["direct"] = sum(judge(q, r) for q, r in zip(questions, replies, strict=True))
+    scores["direct"] = score("direct", replies)
     print(f"direct (llama.cpp, no reasoning): {scores['direct']}/{len(questions)}", flush=True)
     slots = str(args.parallel)
     server_args = ("--parallel", slots, "--ctx-size", "8192", "--threads", str(args.threads))
@@ -209,7 +220,7 @@ def main() -> None:
         for label, effort in (("low", "low"), ("default (max)", None)):
             t0 = time.monotonic()
             replies = server_answers(url, KEY, questions, effort, args.parallel)
-            scores[label] = sum(judge(q, r) for q, r in zip(questions, replies, strict=True))
+            scores[label] = score(label, replies)
             took = time.monotonic() - t0
             print(f"kimi-server, effort {label}: {scores[label]}/{len(questions)} ({took:.0f} s)", flush=True)
     base = max(scores["direct"], 1)
