@@ -25,8 +25,9 @@ from kimi_server.settings import Settings
 TEST_KEY = "sk-test-key"
 OTHER_KEY = "sk-other-key"
 TEST_MODEL = "smollm2-135m"
-# Small reasoning budgets keep the real-model tests quick on two cores; the levels still differ.
-TEST_BUDGETS = '{"low": {"floor": 8, "cap": 48}, "high": {"floor": 24, "cap": 128}, "max": {"floor": 64, "cap": 256}}'
+# Small reasoning budgets keep the real-model tests quick on two cores; the levels still differ,
+# and never overlap (a level's cap is below the next one's floor: issue 8).
+TEST_BUDGETS = '{"low": {"floor": 8, "cap": 24}, "high": {"floor": 32, "cap": 64}, "max": {"floor": 72, "cap": 128}}'
 
 
 @pytest.fixture

@@ -162,7 +162,9 @@ def test_max_tokens_rules(client: TestClient, engine: ScriptedEngine) -> None:
     assert engine.requests[-1].max_output_tokens == 1048576
     assert_error(client.post(URL, json=body(max_completion_tokens=1048577)), 400, "max_completion_tokens")
     assert_error(client.post(URL, json=body(max_completion_tokens=0)), 400, "max_completion_tokens")
-    assert_error(client.post(URL, json=body(max_completion_tokens=5, max_tokens=5)), 400, "max_tokens")
+    # Both set: served, max_completion_tokens wins (issue 8).
+    assert client.post(URL, json=body(max_completion_tokens=5, max_tokens=900)).status_code == 200
+    assert engine.requests[-1].max_output_tokens == 5
 
 
 def test_length_finish_when_cap_hit(client: TestClient) -> None:

@@ -21,7 +21,7 @@ from kimi_server.engines.types import (
     ReasoningBudget,
     ReasoningDelta,
 )
-from kimi_server.parsers.reasoning import get_reasoning_format
+from kimi_server.parsers.reasoning import MarkerScrub, get_reasoning_format
 
 
 class FakeLlama:
@@ -78,19 +78,24 @@ def run(llama: FakeLlama, req: GenerationRequest) -> list[EngineEvent]:
 def test_floor_masks_end_of_turn_then_model_stops() -> None:
     llama = FakeLlama(natural_stop=3)
     events = run(llama, request(floor=5, cap=50, max_out=100))
-    floor_call, rest_call, answer_call = llama.calls
+    floor_call, rest_call, lead_call, answer_call = llama.calls
     assert floor_call["ignore_eos"] is True and floor_call["n_predict"] == 5
-    assert floor_call["stop"] == ["</think>"]
+    assert "</think>" in floor_call["stop"] and "<answer>" in floor_call["stop"]
+    assert ["</", False] in floor_call["logit_bias"]  # the closing tag cannot even start
     assert rest_call["n_predict"] == 45 and "ignore_eos" not in rest_call
     assert answer_call["prompt"].startswith("PROMPT<think>\n") and "\n</think>\n\n" in answer_call["prompt"]
+    # The answer's first tokens cannot end it (nor reopen a think block).
+    assert lead_call["ignore_eos"] is True and lead_call["n_predict"] == 3
+    assert ["<think>", False] in lead_call["logit_bias"]
+    assert answer_call["prompt"].endswith("w0 w1 w2 ") and "ignore_eos" not in answer_call
     finish = events[-1]
     assert isinstance(finish, Finish)
     assert finish.usage.reasoning_tokens == 8
-    assert finish.usage.completion_tokens == 11
+    assert finish.usage.completion_tokens == 14
     assert finish.usage.prompt_tokens == 10 and finish.usage.cached_tokens == 4
     assert finish.usage.cache_write_tokens == 6
     kinds = [type(e).__name__ for e in events[:-1]]
-    assert kinds == ["ReasoningDelta"] * 8 + ["ContentDelta"] * 3
+    assert kinds == ["ReasoningDelta"] * 8 + ["ContentDelta"] * 6
 
 
 def test_reasoning_cap_and_output_cap() -> None:
@@ -146,3 +151,96 @@ def test_context_running_out_ends_with_length() -> None:
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "length"
     assert finish.usage.completion_tokens == 7
+
+
+# Issue 8: the floor is a floor, and no marker text reaches an answer.
+
+
+class ClosingLlama(FakeLlama):
+    """A model that writes ``</think>`` after ``closes_after`` tokens of every call, spelled so
+    that no ban stops it, and that writes marker text into its answers."""
+
+    def __init__(self, closes_after: int, answer: str = "A </think>B<answer>C", line: int = 0) -> None:
+        super().__init__()
+        self.closes_after = closes_after
+        self.answer = answer
+        self.line = line  # reasoning tokens per line (0: one line)
+
+    def handle_completions(self, body: dict[str, Any], callback: Any = None) -> None:
+        self.calls.append(body)
+        if "</think>" not in body["prompt"].rsplit("<think>", 1)[-1]:  # still reasoning
+            pieces = [
+                f"r{i}" + ("\n" if self.line and (i + 1) % self.line == 0 else " ")
+                for i in range(self.closes_after)
+            ] + ["</think>"]
+        else:  # continues the answer from what the prompt already holds of it
+            rest = self.answer[len(body["prompt"].rsplit("</think>\n\n", 1)[-1]) :]
+            pieces = [rest[i : i + 3] for i in range(0, len(rest), 3)]
+        stops = body.get("stop") or []
+        text, sent, n, reason = "", 0, 0, "length"
+        for piece in pieces:
+            if n == body["n_predict"]:
+                break
+            n += 1
+            text += piece
+            hit = next((s for s in stops if s in text), None)
+            # As llama.cpp: text that may still become a stop sequence is held back, and the
+            # stop sequence itself is never sent.
+            safe = text.index(hit) if hit is not None else len(text) - max(
+                (k for s in stops for k in range(len(s), 0, -1) if text.endswith(s[:k])), default=0
+            )
+            if safe > sent and callback({"choices": [{"text": text[sent:safe], "finish_reason": None}]}):
+                return
+            sent = max(sent, safe)
+            if hit is not None:
+                reason = "stop"
+                break
+        else:
+            reason = "stop"
+        usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": n}
+        callback({"choices": [{"text": "", "finish_reason": reason}], "usage": usage, "timings": {}})
+
+
+def test_floor_holds_when_the_model_writes_the_closer() -> None:
+    llama = ClosingLlama(closes_after=2)
+    events = run(llama, request(floor=12, cap=20, max_out=100))
+    finish = events[-1]
+    assert isinstance(finish, Finish)
+    assert finish.usage.reasoning_tokens >= 12
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    assert "</think>" not in reasoning and reasoning.count("r0") >= 4  # kept thinking
+    floor_calls = [c for c in llama.calls if c.get("ignore_eos") and "</think>" not in c["prompt"]]
+    assert len(floor_calls) == 4 and all(c["logit_bias"] for c in floor_calls)
+    # Each floor call continues from the reasoning so far, without the dropped closer.
+    assert floor_calls[-1]["prompt"] == "PROMPT<think>\n" + "r0 r1 " * 3
+
+
+def test_answer_stops_at_think_tags_and_drops_wrapper_tags() -> None:
+    llama = ClosingLlama(closes_after=1, answer="<answer>A</answer> </think>B")
+    events = run(llama, request(floor=0, cap=5, max_out=100))
+    content = "".join(e.text for e in events if isinstance(e, ContentDelta))
+    assert content.strip() == "A"
+    answer_call = llama.calls[-1]
+    assert {"<think>", "</think>"} <= set(answer_call["stop"])
+
+
+def test_answer_sees_only_finished_lines_of_reasoning_cut_by_the_cap() -> None:
+    llama = ClosingLlama(closes_after=50, line=3)
+    events = run(llama, request(floor=0, cap=5, max_out=100))
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    assert reasoning == "r0 r1 r2\nr3 r4 "  # the client sees all of it
+    assert llama.calls[-2]["prompt"].endswith("<think>\nr0 r1 r2\n</think>\n\n")
+
+
+def test_marker_text_scrubbed_under_a_grammar() -> None:
+    scrub = MarkerScrub(("<think>", "</think>", "<answer>", "</answer>"))
+    stream = ['{"a": "x</th', 'ink>y<', "answ", 'er>z<thi</think>nk>"}', "</"]
+    out = "".join(scrub.feed(p) for p in stream) + scrub.flush()
+    assert out == '{"a": "xyz"}</'
+
+
+def test_marker_variants_scrubbed() -> None:
+    scrub = MarkerScrub(get_reasoning_format("prompted").markers)
+    stream = ["< think>\n80", " is < /Answer >it <", "b>x</b> a<b", "<"]
+    out = "".join(scrub.feed(p) for p in stream) + scrub.flush()
+    assert out == "\n80 is it <b>x</b> a<b<"

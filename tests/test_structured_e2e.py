@@ -171,8 +171,8 @@ def test_streamed_calls_reassemble_to_the_non_streamed_calls(sdk: openai.OpenAI)
         **COMMON, "seed": 1234, "tools": TOOLS, "tool_choice": "required",
         "messages": [{"role": "user", "content": "Weather in Lima, and 4 plus 5?"}],
     }
-    # The first call writes the prompt cache; the two compared calls then start from the same
-    # cached prefix, so they compute the same numbers and, with the seed, sample the same tokens.
+    # With a seed every call computes its whole prompt (no prompt-cache reuse), so calls one
+    # after another compute the same numbers and sample the same tokens (issue 8).
     sdk.chat.completions.create(**kwargs)
     plain = sdk.chat.completions.create(**kwargs)
     expected = [(c.function.name, c.function.arguments)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from decimal import Decimal
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -38,11 +39,15 @@ class EffortBudget(BaseModel):
         return self
 
 
+# Levels never overlap (low.cap <= high.floor, high.cap <= max.floor), so a higher effort always
+# reasons longer; sized so a default (max) request answers in seconds on two CPU cores with the
+# default model (docs/configuration.md has the measured time).
 DEFAULT_BUDGETS = {
-    "low": EffortBudget(floor=16, cap=256),
-    "high": EffortBudget(floor=64, cap=2048),
-    "max": EffortBudget(floor=160, cap=8192),
+    "low": EffortBudget(floor=8, cap=32),
+    "high": EffortBudget(floor=48, cap=112),
+    "max": EffortBudget(floor=128, cap=256),
 }
+EFFORT_ORDER = ("low", "high", "max")
 
 
 class ModelPrice(BaseModel):
@@ -63,6 +68,8 @@ class ModelPrice(BaseModel):
             if value < 0 or -int(value.as_tuple().exponent) > places:
                 raise ValueError(f"price '{name}' must be >= 0 with at most {places} decimal places")
         return self
+
+
 # Upstreams (issue 9): routes to other OpenAI-compatible servers; see docs/configuration.md.
 Dialect = Literal["vllm", "sglang", "llamacpp", "moonshot", "openai"]
 
@@ -86,6 +93,7 @@ class UpstreamConfig(BaseModel):
     capabilities: UpstreamCapabilities = Field(default_factory=UpstreamCapabilities)
     weight: int = Field(default=1, ge=1, le=1000)
     max_output_tokens: int | None = Field(default=None, ge=1)  # the upstream's own cap
+    context_length: int | None = Field(default=None, ge=1)  # its window, shown by /v1/models
     connect_timeout: float = Field(default=5.0, gt=0)
     read_timeout: float = Field(default=60.0, gt=0)  # longest silence, before or within a stream
     total_timeout: float = Field(default=1800.0, gt=0)
@@ -125,7 +133,7 @@ class Settings(BaseSettings):
     model: str = "qwen2.5-coder-0.5b"
     auto_pull: bool = True
     routes: dict[str, ModelRoute] = Field(default_factory=dict)
-    ctx_size: int = Field(default=16384, ge=256)
+    ctx_size: int = Field(default=32768, ge=256)
     parallel: int = Field(default=8, ge=1, le=256)
     threads: int = Field(default=0, ge=0)
     reasoning_format: str = "prompted"
@@ -220,7 +228,17 @@ class Settings(BaseSettings):
     @field_validator("budgets", mode="after")
     @classmethod
     def _all_levels(cls, value: dict[str, EffortBudget]) -> dict[str, EffortBudget]:
-        return {**DEFAULT_BUDGETS, **value}
+        merged = {**DEFAULT_BUDGETS, **value}
+        # Effort must order the reasoning on every request (issue 8): a level's cap may not
+        # reach past the next level's floor.
+        for lower, upper in pairwise(EFFORT_ORDER):
+            a, b = merged.get(lower), merged.get(upper)
+            if a is not None and b is not None and a.cap > b.floor:
+                raise ValueError(
+                    f"budgets overlap: {lower}.cap ({a.cap}) exceeds {upper}.floor ({b.floor}); "
+                    "each level's cap must be at most the next level's floor"
+                )
+        return merged
 
     @classmethod
     def settings_customise_sources(

@@ -21,6 +21,11 @@ class Engine(Protocol):
 
     def accepts_images(self) -> bool: ...
 
+    def context_length(self) -> int | None:
+        """Tokens one request may hold, prompt and output together (issue 8); None: unknown
+        (an upstream whose window is not configured)."""
+        ...
+
     def stats(self) -> dict[str, int]:
         """Counters for operators: calls in flight, calls cancelled by a departed client."""
         ...

@@ -36,6 +36,7 @@ class ScriptedEngine:
     script: Script = field(default_factory=Script)
     images: bool = False
     name: str = "scripted"
+    window: int = 32768
     requests: list[GenerationRequest] = field(default_factory=list)
     cancelled: int = 0
     on_generate: Callable[[GenerationRequest], None] | None = None
@@ -48,6 +49,9 @@ class ScriptedEngine:
 
     def accepts_images(self) -> bool:
         return self.images
+
+    def context_length(self) -> int:
+        return self.window
 
     def stats(self) -> dict[str, int]:
         return {"active_calls": 0, "cancelled_calls": self.cancelled}

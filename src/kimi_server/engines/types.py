@@ -86,6 +86,8 @@ class GenerationRequest:
     cache: CachePolicy = field(default_factory=CachePolicy)
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    # The request field that carried the conversation, named by a too-long-prompt error (issue 8).
+    prompt_param: str = "messages"
 
 
 @dataclass(frozen=True)

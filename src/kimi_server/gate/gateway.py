@@ -302,6 +302,9 @@ class MeteredEngine:
     def stats(self) -> dict[str, int]:
         return self.inner.stats()
 
+    def context_length(self) -> int | None:
+        return self.inner.context_length()
+
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
         reasoning = completion = 0
         finished = False

@@ -12,33 +12,41 @@ from kimi_server.http.overload import tenant_engine_stats
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.policy.catalogue import CATALOGUE, ModelSpec
 from kimi_server.protocol.common import ErrorBody
+from kimi_server.serving.common import EngineSet
 
 router = APIRouter()
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}}
 
 
-def _model(spec: ModelSpec) -> dict[str, Any]:
-    return {"id": spec.id, "object": "model", "created": spec.created, "owned_by": spec.owned_by}
+def _model(spec: ModelSpec, engines: EngineSet) -> dict[str, Any]:
+    model: dict[str, Any] = {"id": spec.id, "object": "model", "created": spec.created, "owned_by": spec.owned_by}
+    # The window this server really gives (the engine's ctx_size), not the hosted one.
+    window = engines.for_model(spec.id).context_length()
+    if window is not None:
+        model["context_length"] = window
+    return model
 
 
 @router.get("/v1/models", tags=["Models"], responses=UNAUTHORIZED)
 async def list_models(request: Request, principal: Principal = Depends(authenticated)) -> dict[str, Any]:
-    served = app_state(request).engines.served()
+    engines = app_state(request).engines
+    served = engines.served()
     if principal.record is not None and principal.record.models is not None:  # Gateway (issue 10)
         served = served & principal.record.models
-    return {"object": "list", "data": [_model(s) for s in CATALOGUE if s.id in served]}
+    return {"object": "list", "data": [_model(s, engines) for s in CATALOGUE if s.id in served]}
 
 
 @router.get("/v1/models/{model_id}", tags=["Models"], responses={**UNAUTHORIZED, 404: {"model": ErrorBody}})
 async def retrieve_model(
     model_id: str, request: Request, principal: Principal = Depends(authenticated)
 ) -> dict[str, Any]:
-    served = app_state(request).engines.served()
+    engines = app_state(request).engines
+    served = engines.served()
     if principal.record is not None and principal.record.models is not None:  # Gateway (issue 10)
         served = served & principal.record.models
     for spec in CATALOGUE:
         if spec.id == model_id and spec.id in served:
-            return _model(spec)
+            return _model(spec, engines)
     raise NotFoundError(f"The model '{model_id}' does not exist.", param="model")
 
 

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,15 +20,47 @@ class ReasoningFormat:
     kind: Literal["prompted", "native"]
     opener: str
     closer: str
+    # Told to a model that has no thinking mode of its own (in the system turn), so that it
+    # knows what the block it is given is for and answers after it (issue 8).
+    hint: str = ""
 
     @property
     def stop_marker(self) -> str:
         """The closing tag the model may emit itself, without surrounding whitespace."""
         return self.closer.strip()
 
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """Tags that open or close a reasoning block: an answer ends at them (issue 8)."""
+        return tuple(dict.fromkeys((self.opener.strip(), self.stop_marker, *THINK_TAGS)))
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """All text of the reasoning machinery, none of which belongs in an answer: the think
+        tags, and the wrapper tags small models put around an answer after thinking."""
+        return (*self.stops, *WRAPPER_TAGS)
+
+
+THINK_TAGS = ("<think>", "</think>")
+WRAPPER_TAGS = tuple(
+    tag
+    for name in ("answer", "final_answer", "final", "reply", "response", "result")
+    for tag in (f"<{name}>", f"</{name}>")
+)
+
 
 REASONING_FORMATS: dict[str, ReasoningFormat] = {
-    "prompted": ReasoningFormat("prompted", "prompted", "<think>\n", "\n</think>\n\n"),
+    "prompted": ReasoningFormat(
+        "prompted",
+        "prompted",
+        "<think>\n",
+        "\n</think>\n\n",
+        hint=(
+            "Before you reply, think the problem through step by step between <think> and "
+            "</think>. After </think>, give your final reply to the user: it must answer the "
+            "question itself, starting with the answer."
+        ),
+    ),
     "think-tags": ReasoningFormat("think-tags", "native", "<think>", "</think>"),
 }
 
@@ -106,3 +139,31 @@ def _partial_suffix(text: str, tag: str) -> int:
         if text.endswith(tag[:n]):
             return n
     return 0
+
+
+class MarkerScrub:
+    """Removes marker text from a streamed answer: the given markers, also spelled with spaces
+    or in capitals (``< think>``, ``</Answer >``). A marker split across chunks is held back
+    until it is decided."""
+
+    def __init__(self, markers: tuple[str, ...]) -> None:
+        names = sorted({m.strip("</>") for m in markers}, key=len, reverse=True)
+        alternatives = "|".join(re.escape(n) for n in names)
+        self._full = re.compile(rf"<\s*/?\s*(?:{alternatives})\s*>", re.IGNORECASE)
+        # What may still grow into a marker: "<", "< /", "</thi", "</think " ...
+        self._partial = re.compile(r"<\s*/?\s*[A-Za-z_]*\s*$")
+        self._buf = ""
+
+    def feed(self, text: str) -> str:
+        self._buf += text
+        # Removing one marker may join the text around it into another.
+        while (cleaned := self._full.sub("", self._buf)) != self._buf:
+            self._buf = cleaned
+        held = self._partial.search(self._buf[-24:])
+        keep = len(held.group()) if held is not None else 0
+        out, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
+        return out
+
+    def flush(self) -> str:
+        rest, self._buf = self._buf, ""
+        return rest

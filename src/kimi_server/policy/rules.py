@@ -66,12 +66,8 @@ def resolve_max_output(
     legacy: int | None = None,
     legacy_name: str | None = None,
 ) -> int:
-    """The output cap (reasoning + answer). The deprecated alias may not be combined with it."""
-    if primary is not None and legacy is not None:
-        raise InvalidRequestError(
-            f"Set either '{primary_name}' or the deprecated '{legacy_name}', not both.",
-            param=legacy_name,
-        )
+    """The output cap (reasoning + answer). With both set, the primary wins over the deprecated
+    alias: the reference only advises against sending both (issue 8)."""
     value = primary if primary is not None else legacy
     name = primary_name if primary is not None else (legacy_name or primary_name)
     if value is None:

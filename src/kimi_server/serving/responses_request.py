@@ -279,6 +279,7 @@ def build_responses_request(
         parallel_tool_calls=parallel,
         output_format=fmt,
         cache=cache_policy(spec, cache, key_id),
+        prompt_param="input",
     )
     text_echo: dict[str, Any] = {"format": fmt_echo}
     if body.text and body.text.verbosity:

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EmbeddedConfig:
     model_path: Path
-    n_ctx: int = 16384
+    n_ctx: int = 32768
     n_parallel: int = 8
     n_threads: int = 0  # 0: one per core
     reasoning_format: str = "prompted"
@@ -103,6 +103,10 @@ class EmbeddedEngine:
             "active_calls": runner.active_by[key_id] if runner else 0,
             "cancelled_calls": runner.cancelled_by[key_id] if runner else 0,
         }
+
+    def context_length(self) -> int:
+        # One unified KV cache: a single request may use all of it (issue 8).
+        return self.config.n_ctx
 
     def stats(self) -> dict[str, int]:
         """Server-wide totals, for operators (never shown to a tenant)."""
@@ -184,6 +188,7 @@ class EmbeddedEngine:
             request.messages,
             tools=request.tools,
             history_reasoning=(self.fmt.opener, self.fmt.closer),
+            hint=self.fmt.hint,
         )
         policy = request.cache
         lease = await self.cache.acquire(policy.namespace, prompt, policy.ttl_seconds)
@@ -202,7 +207,12 @@ class EmbeddedEngine:
 
         ctx = PhaseContext(
             self._runner, request, self.fmt, self._sampling(),
-            slot=lease.holder, reuse=lease.reuse, settle=settle, utility_slot=self.utility_slot,
+            # A seeded request computes its whole prompt every time: a prompt served from the
+            # cache leaves its last token to a batch of another shape, which shifts the logits
+            # enough to change a sampled token (issue 8).
+            slot=lease.holder, reuse=lease.reuse and request.seed is None, settle=settle,
+            utility_slot=self.utility_slot,
+            context_window=self.config.n_ctx,
             media=media,
         )
         try:

@@ -28,7 +28,7 @@ from kimi_server.engines.types import (
     Usage,
 )
 from kimi_server.errors import InvalidRequestError
-from kimi_server.parsers.reasoning import ReasoningFormat
+from kimi_server.parsers.reasoning import MarkerScrub, ReasoningFormat
 
 
 @dataclass
@@ -82,6 +82,7 @@ class PhaseContext:
     tally: Tally = field(default_factory=Tally)
     context_full: bool = False  # the engine's context ran out: nothing more can be generated
     media: tuple[str, ...] = ()  # base64 images for a multimodal model (issue 11)
+    context_window: int = 0  # the engine's ctx_size, for error messages
 
     def body(self, prompt: str, n_predict: int, **extra: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -132,9 +133,17 @@ async def _call(
                     ctx.context_full = True
             yield item
     except InvalidRequestError as exc:
-        # A continuation that no longer fits: the request's output is cut at the context end.
-        if exc.code != "context_length_exceeded" or ctx.tally.calls == 0:
+        if exc.code != "context_length_exceeded":
             raise
+        if ctx.tally.calls == 0:
+            # The client's own prompt does not fit: name the field it came in.
+            raise InvalidRequestError(
+                f"The prompt is longer than this model's context window "
+                f"({ctx.context_window} tokens) allows.",
+                param=ctx.request.prompt_param,
+                code="context_length_exceeded",
+            ) from None
+        # A continuation that no longer fits: the request's output is cut at the context end.
         ctx.context_full = True
 
 
@@ -145,29 +154,59 @@ def open_thinking(prompt: str, fmt: ReasoningFormat) -> str:
     return prompt + fmt.opener
 
 
+# Answer tokens during which end-of-turn and think tags are masked, so no answer is empty.
+ANSWER_LEAD = 3
+
+
+def floor_bans(fmt: ReasoningFormat) -> list[list[Any]]:
+    """Tokens banned while the floor lasts: the ones that open a closing tag ("</"), however
+    the tokenizer splits it after a space or a newline."""
+    starts = {m[:2] for m in fmt.markers if m.startswith("</")}
+    return [[f"{lead}{s}", False] for s in sorted(starts) for lead in ("", " ", "\n")]
+
+
+def reasoning_cap(ctx: PhaseContext) -> int:
+    return min(ctx.request.budget.cap, ctx.request.max_output_tokens)
+
+
+def settled(reasoning: str, *, cut: bool) -> str:
+    """The reasoning the answer is conditioned on. Cut off by the cap, its last line is
+    unfinished ("17 x 23 = 39" of 391) and would be copied into the answer as it stands, so the
+    answer sees only the finished lines."""
+    if cut and not reasoning.endswith("\n") and "\n" in reasoning:
+        reasoning = reasoning.rsplit("\n", 1)[0]
+    return reasoning.rstrip()
+
+
 async def reason(ctx: PhaseContext, opened: str) -> AsyncIterator[ReasoningDelta | str]:
-    """Runs the reasoning phase; yields deltas, then the whole reasoning text (a plain str)."""
+    """Runs the reasoning phase; yields deltas, then the whole reasoning text (a plain str).
+
+    The floor holds: end-of-turn is masked and the closing tag's first token banned; should the
+    model still spell a marker out, the marker is dropped and the thinking goes on from the text
+    before it. Each call generates at least one token, so the loop ends within ``floor`` calls.
+    After the floor the model may close its reasoning (or stop) until the cap.
+    """
     budget = ctx.request.budget
-    cap = min(budget.cap, ctx.request.max_output_tokens)
+    cap = reasoning_cap(ctx)
     # A model that thinks natively decides itself when it is done; only prompted ones get a floor.
     floor = min(budget.floor, cap) if ctx.fmt.kind == "prompted" else 0
-    stop = [ctx.fmt.stop_marker]
+    stop = list(ctx.fmt.markers)  # the model starting an answer also ends its reasoning
     parts: list[str] = []
     raw: list[str] = []  # untrimmed, to extend the prompt exactly as the KV cache holds it
     trim = LeadingTrim()
-    finished_early = False
-    # First the floor: end-of-turn is masked so the model cannot skip thinking altogether.
-    if floor > 0:
-        async for item in _call(ctx, ctx.body(opened, floor, stop=stop, ignore_eos=True), reasoning=True):
+    bans = floor_bans(ctx.fmt)
+    while ctx.tally.reasoning < floor and not ctx.context_full:
+        left = floor - ctx.tally.reasoning
+        body = ctx.body(opened + "".join(raw), left, stop=stop, ignore_eos=True, logit_bias=bans)
+        async for item in _call(ctx, body, reasoning=True):
             if isinstance(item, CompletionResult):
-                finished_early = item.finish_reason == "stop"
                 continue
             raw.append(item)
             if text := trim(item):
                 parts.append(text)
                 yield ReasoningDelta(text)
     remaining = cap - ctx.tally.reasoning
-    if not finished_early and remaining > 0:
+    if remaining > 0 and not ctx.context_full:
         body = ctx.body(opened + "".join(raw), remaining, stop=stop)
         async for item in _call(ctx, body, reasoning=True):
             if not isinstance(item, CompletionResult) and (text := trim(item)):
@@ -180,9 +219,31 @@ async def answer(
     ctx: PhaseContext, prompt: str, extra: dict[str, Any], *, stops: bool = True
 ) -> AsyncIterator[str | CompletionResult]:
     remaining = ctx.request.max_output_tokens - ctx.tally.completion
-    body = ctx.body(prompt, remaining, **extra)
-    if ctx.request.stop and stops:
-        body["stop"] = list(ctx.request.stop)
+    if not stops:
+        async for item in _call(ctx, ctx.body(prompt, remaining, **extra), reasoning=False):
+            yield item
+        return
+    # Free text ends where the model opens or closes a reasoning block again. Its first tokens
+    # may not end it, though: a model that believes its reasoning already answered would end
+    # the turn at once, or reopen a think block, and leave the answer empty.
+    stop = [*ctx.fmt.stops, *ctx.request.stop]
+    lead = min(ANSWER_LEAD, remaining)
+    bans = [[tag, False] for tag in ctx.fmt.stops]
+    said: list[str] = []
+    done = False
+    body = ctx.body(prompt, lead, stop=stop, ignore_eos=True, logit_bias=bans, **extra)
+    async for item in _call(ctx, body, reasoning=False):
+        if isinstance(item, CompletionResult):
+            # Only a stop sequence ends the lead early (end-of-turn is masked).
+            done = item.finish_reason == "stop" or lead == remaining
+            if done:
+                yield item
+            continue
+        said.append(item)
+        yield item
+    if done or ctx.context_full:
+        return
+    body = ctx.body(prompt + "".join(said), remaining - lead, stop=stop, **extra)
     async for item in _call(ctx, body, reasoning=False):
         yield item
 
@@ -217,7 +278,7 @@ async def _generate(
     if ctx.context_full or ctx.tally.completion >= ctx.request.max_output_tokens:
         yield ctx.finish("length")
         return
-    full = opened + reasoning.rstrip() + ctx.fmt.closer
+    full = opened + settled(reasoning, cut=ctx.tally.reasoning >= reasoning_cap(ctx)) + ctx.fmt.closer
     mode = plan.decide
     if decision is not None:
         wants = await decision or reasoning_writes_call(reasoning, plan.tools, plan.syntax)
@@ -227,12 +288,19 @@ async def _generate(
     parser = CallStreamParser(plan.syntax) if mode == "calls" else None
     trim = LeadingTrim()
     truncated = False
-    # Stop sequences would cut JSON or a call short of parsing; they only apply to text.
+    # Stop sequences would cut JSON or a call short of parsing; they only apply to text. Under
+    # a grammar, marker text is scrubbed from the stream instead (it can only sit in a string).
     stops = grammar is None or grammar.free_text
+    scrub = MarkerScrub(ctx.fmt.markers)
     async for piece in answer(ctx, full, extra, stops=stops):
         if isinstance(piece, CompletionResult):
             truncated = piece.finish_reason == "length"
-        elif parser is None:
+            piece = scrub.flush()
+        else:
+            piece = scrub.feed(piece)
+        if not piece:
+            continue
+        if parser is None:
             if text := trim(piece):
                 yield ContentDelta(text)
         else:

@@ -88,6 +88,7 @@ class ChatTemplate:
         *,
         tools: Sequence[ToolSpec] = (),
         history_reasoning: tuple[str, str] | None = None,
+        hint: str = "",
     ) -> str:
         """The prompt up to and including the assistant turn's opening.
 
@@ -95,6 +96,8 @@ class ChatTemplate:
         sees its own past thinking in the form it is asked to produce now.
         """
         wire = [self._message_dict(m, history_reasoning) for m in messages]
+        if hint:
+            self._inject_system(wire, hint)
         context: dict[str, Any] = {
             "messages": wire,
             "add_generation_prompt": True,
@@ -115,7 +118,10 @@ class ChatTemplate:
             ) from None
 
     def _inject_tool_text(self, wire: list[dict[str, Any]], tools: Sequence[ToolSpec]) -> None:
-        text = _tool_text(tools)
+        self._inject_system(wire, _tool_text(tools))
+
+    @staticmethod
+    def _inject_system(wire: list[dict[str, Any]], text: str) -> None:
         if wire and wire[0]["role"] == "system":
             wire[0]["content"] = f"{wire[0]['content']}\n\n{text}"
         else:

@@ -54,6 +54,11 @@ class UpstreamEngine:
     def stats(self) -> dict[str, int]:
         return dict(self.counters)
 
+    def context_length(self) -> int | None:
+        # The smallest window among the upstreams a request may land on, when configured.
+        known = [up.cfg.context_length for up in self.upstreams if up.cfg.context_length is not None]
+        return min(known) if known else None
+
     def tenant_stats(self, key_id: str) -> dict[str, int]:
         return {"active_calls": self.active_by[key_id], "cancelled_calls": self.cancelled_by[key_id]}
 
