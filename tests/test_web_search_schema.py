@@ -286,3 +286,11 @@ def test_counted_engine_reports_searches_in_usage() -> None:
         return events[-1]
 
     assert asyncio.run(last()).usage.web_search_calls == 2
+
+
+def test_output_budget_spans_every_round(tmp_path: Path, index: LocalIndex) -> None:
+    engine = searching_engine(always=True)
+    with make_client(engine, tmp_path, web_search_index=index.path, web_search_max_calls=2) as c:
+        c.post("/v1/responses", json=responses_body(max_output_tokens=20))
+    budgets = [r.max_output_tokens for r in engine.requests]
+    assert budgets[0] == 20 and budgets[1] < 20 and budgets[2] < budgets[1]
