@@ -284,3 +284,11 @@ def test_searches_are_billed_with_the_request_that_ran_them(tmp_path: Path, inde
     assert responses_row["prompt_tokens"] == usage["input_tokens"]
     assert responses_row["completion_tokens"] == usage["output_tokens"]
     assert len({row["request_id"] for row in rows}) == len(rows) == 3
+
+
+def test_output_budget_spans_every_round(tmp_path: Path, index: LocalIndex) -> None:
+    engine = searching_engine(always=True)
+    with make_client(engine, tmp_path, web_search_index=index.path, web_search_max_calls=2) as c:
+        c.post("/v1/responses", json=responses_body(max_output_tokens=20))
+    budgets = [r.max_output_tokens for r in engine.requests]
+    assert budgets[0] == 20 and budgets[1] < 20 and budgets[2] < budgets[1]

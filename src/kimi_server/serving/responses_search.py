@@ -126,7 +126,7 @@ class SearchingBuilder(ResponseBuilder):
         try:
             while searches < self.max_calls:
                 round_ = _Round([])
-                source = first if not searches else engine.generate(replace(gen, messages=tuple(messages)))
+                source = first if not searches else engine.generate(_rest(gen, messages, spent))
                 async with aclosing(source) as it:  # type: ignore[type-var]
                     async for event in it:
                         round_.events.append(event)
@@ -167,10 +167,17 @@ class SearchingBuilder(ResponseBuilder):
             events: AsyncIterator[EngineEvent] = _replay(final)
         else:  # the search budget is spent: the model answers with what it found
             tools = tuple(t for t in gen.tools if t.kind != "web_search")
-            events = engine.generate(replace(gen, messages=tuple(messages), tools=tools))
+            events = engine.generate(replace(_rest(gen, messages, spent), tools=tools))
         async with aclosing(self.run_answer(_with_usage(events, spent, self))) as answer:  # type: ignore[type-var]
             async for out in answer:
                 yield out
+
+
+def _rest(gen: GenerationRequest, messages: list[Message], spent: Usage) -> GenerationRequest:
+    """The next round: the longer conversation, and what is left of ``max_output_tokens`` (it
+    bounds the whole response, every round's reasoning and calls included)."""
+    left = max(1, gen.max_output_tokens - spent.completion_tokens)
+    return replace(gen, messages=tuple(messages), max_output_tokens=left)
 
 
 async def _replay(events: list[EngineEvent]) -> AsyncIterator[EngineEvent]:
