@@ -203,6 +203,7 @@ def test_a_client_that_leaves_while_queued_gives_its_place_back(tmp_path: Path) 
 
 def test_prompts_that_cannot_fit_are_refused_before_the_engine(tmp_path: Path) -> None:
     engine = ScriptedEngine()
+    engine.window = 4096  # the engine's own window bounds its prompts
     with serving(tmp_path, engine, ctx_size=4096) as (url, _), httpx.Client(timeout=60) as c:
         many = {"model": MODEL, "messages": [{"role": "user", "content": "a"}] * 100_000}
         r = c.post(f"{url}/v1/chat/completions", json=many, headers=auth(A))

@@ -46,14 +46,22 @@ class PromptLimits:
     max_messages: int
     max_parts: int
     max_chars: int
+    window: int  # the engine's context window, in tokens
 
     @classmethod
-    def from_settings(cls, s: Settings) -> PromptLimits:
+    def from_settings(cls, s: Settings, window: int | None = None) -> PromptLimits:
+        """``window``: the engine's own (an upstream's may be far larger than ``ctx_size``;
+        one that is not configured gets the hosted API's)."""
+        w = window or s.ctx_size
         return cls(
-            max_messages=s.max_messages or max(1, s.ctx_size // 4),
-            max_parts=s.max_content_parts or s.ctx_size,
-            max_chars=s.max_prompt_chars or 8 * s.ctx_size,
+            max_messages=s.max_messages or max(1, w // 4),
+            max_parts=s.max_content_parts or w,
+            max_chars=s.max_prompt_chars or 8 * w,
+            window=w,
         )
+
+
+HOSTED_WINDOW = 1_048_576  # the Kimi API's context window, for upstreams that declare none
 
 
 class AdmissionSet:
@@ -66,11 +74,17 @@ class AdmissionSet:
             max_queue_per_key=settings.queue_max_per_key,
             max_wait=settings.queue_max_wait,
         )
+        engines = list(engines)
         self._by_engine = {id(e): (e, Admission(limits)) for e in engines}
-        self.prompt_limits = PromptLimits.from_settings(settings)
+        self._prompt_limits = {
+            id(e): PromptLimits.from_settings(settings, e.context_length() or HOSTED_WINDOW) for e in engines
+        }
 
     def for_engine(self, engine: Engine) -> Admission:
         return self._by_engine[id(engine)][1]
+
+    def prompt_limits(self, engine: Engine) -> PromptLimits:
+        return self._prompt_limits[id(engine)]
 
     def items(self) -> list[tuple[Engine, Admission]]:
         return list(self._by_engine.values())
@@ -112,8 +126,9 @@ def check_prompt_size(gen: GenerationRequest, limits: PromptLimits, *, param: st
         )
     if chars > limits.max_chars:
         raise InvalidRequestError(
-            f"'{param}' holds {chars} characters, more than this model's context window can "
-            f"take ({limits.max_chars} characters at most). Shorten the conversation.",
+            f"'{param}' holds {chars} characters, more than this model's context window of "
+            f"{limits.window} tokens can take ({limits.max_chars} characters at most). Shorten "
+            "the conversation.",
             param=param,
             code="context_length_exceeded",
         )
@@ -137,7 +152,7 @@ async def admit(
     if tickets is None:
         raise RuntimeError("OverloadGuard is not installed")
     admissions = admission_set(request.app)
-    check_prompt_size(gen, admissions.prompt_limits, param=param)
+    check_prompt_size(gen, admissions.prompt_limits(engine), param=param)
     current_owner.set(principal.key_id)  # per-tenant engine counters (engines/owner.py)
     # A client that leaves while waiting gives its place back (nothing else would notice).
     ticket = await until_disconnected(
