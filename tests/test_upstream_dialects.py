@@ -284,3 +284,28 @@ def test_an_upstream_that_ignores_stream_still_streams_to_the_client(tmp_path: P
         content = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert content == ANSWER
         assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "stop"
+
+
+async def searching(body: dict[str, Any], c: Conn) -> None:
+    """An engine that asks for a web search by calling the tool it was given."""
+    await c.head()
+    await c.event(chunk({"role": "assistant", "content": ""}))
+    await c.event(chunk({"tool_calls": [{"id": "call-ws", "type": "function", "index": 0,
+                                          "function": {"name": "$web_search", "arguments": '{"query": "x"}'}}]}))
+    await c.event(chunk({}, "tool_calls"))
+    await c.event({**chunk({}), "choices": [], "usage": _usage()})
+    await c.done()
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "moonshot"])
+def test_web_search_reaches_an_upstream_and_comes_back_as_a_builtin_call(tmp_path: Path, dialect: str) -> None:
+    with FakeUpstream(searching) as up, front(tmp_path, config(up.url, dialect=dialect)) as f:
+        r = f.http.post("/v1/chat/completions", json={
+            "model": "kimi-k3.1-pro", "messages": MESSAGES, "tools": [{"type": "web_search"}]})
+        assert r.status_code == 200, r.text
+        [call] = r.json()["choices"][0]["message"]["tool_calls"]
+        sent = up.bodies[0]["tools"]
+    assert call["type"] == "builtin_function" and call["function"]["name"] == "$web_search"
+    # Every engine gets a function with a query to fill in; kimi-server runs the search itself.
+    assert sent[0]["type"] == "function" and sent[0]["function"]["name"] == "$web_search"
+    assert "query" in sent[0]["function"]["parameters"]["properties"]

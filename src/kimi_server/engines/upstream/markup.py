@@ -8,6 +8,7 @@ import secrets
 from typing import Literal
 
 from kimi_server.engines.types import ToolCallDelta
+from kimi_server.engines.web_search_tool import WEB_SEARCH_NAME
 from kimi_server.parsers.reasoning import ReasoningFormat, ThinkTagSplitter
 
 Part = tuple[Literal["reasoning", "content"], str]
@@ -122,7 +123,8 @@ class KimiToolMarkup:
             return None
         index = self.next_index
         self.next_index += 1
-        return ToolCallDelta(index, f"call_{secrets.token_hex(12)}", name, args.strip())
+        kind: Literal["function", "builtin_function"] = "builtin_function" if name == WEB_SEARCH_NAME else "function"
+        return ToolCallDelta(index, f"call_{secrets.token_hex(12)}", name, args.strip(), kind)
 
     def flush(self) -> str:
         """What is left at the end: text, unless it was an unfinished call (dropped)."""

@@ -8,6 +8,7 @@ usage, the events come out the same. Works on plain dicts: no model building per
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 from typing import Any
 
 from kimi_server.engines.types import (
@@ -20,6 +21,7 @@ from kimi_server.engines.types import (
     Usage,
 )
 from kimi_server.engines.upstream.markup import KimiToolMarkup, Part, ThinkSplitter
+from kimi_server.engines.web_search_tool import WEB_SEARCH_NAME
 
 FINISH: dict[str, FinishReason] = {
     "stop": "stop",
@@ -115,6 +117,8 @@ class Normaliser:
                 return []
             del self._held[ours]
             self.pieces += 1
+            if held.name == WEB_SEARCH_NAME:  # the client echoes it; kimi-server searches
+                held = replace(held, kind="builtin_function")
             return [held]
         self.pieces += 1
         return [ToolCallDelta(ours, arguments=args)] if args else []

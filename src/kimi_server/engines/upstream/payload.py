@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kimi_server.engines.types import GenerationRequest, Message
+from kimi_server.engines.types import GenerationRequest, Message, ToolSpec
 from kimi_server.engines.upstream.dialects import Dialect
+from kimi_server.engines.web_search_tool import expose_web_search
 from kimi_server.errors import InvalidRequestError
 from kimi_server.policy.catalogue import find_model
 from kimi_server.settings import UpstreamCapabilities
@@ -97,18 +98,7 @@ def build_body(
         body["temperature"] = spec.fixed_temperature
         body["top_p"] = spec.fixed_top_p
     if req.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    **({"description": t.description} if t.description else {}),
-                    "parameters": t.parameters or {"type": "object", "properties": {}},
-                    **({"strict": True} if t.strict else {}),
-                },
-            }
-            for t in req.tools
-        ]
+        body["tools"] = [_tool(t) for t in expose_web_search(req).tools]
         choice = req.tool_choice
         body["tool_choice"] = (
             {"type": "function", "function": {"name": choice.name}} if choice.mode == "named" else choice.mode
@@ -131,3 +121,17 @@ def build_body(
     cacheable = caps.prompt_cache and spec is not None and spec.accepts_cache_options
     body.update(dialect.extra(req.cache.ttl_label if cacheable else None))
     return body
+
+
+def _tool(t: ToolSpec) -> dict[str, Any]:
+    # $web_search reaches every engine as a function with a query (engines/web_search_tool.py);
+    # kimi-server runs the search when the client echoes the call, as on the embedded engine.
+    return {
+        "type": "function",
+        "function": {
+            "name": t.name,
+            **({"description": t.description} if t.description else {}),
+            "parameters": t.parameters or {"type": "object", "properties": {}},
+            **({"strict": True} if t.strict else {}),
+        },
+    }
