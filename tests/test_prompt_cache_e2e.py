@@ -263,6 +263,9 @@ def test_keys_an_operator_grouped_share_a_namespace(bounded_server: LiveServer) 
     assert outsider["cached"] == 0
 
 
+OPENING = 3  # tokens of "<|im_start|>system\n"
+
+
 def responses_usage(server: LiveServer, messages: list[dict[str, Any]], **extra: Any) -> dict[str, int]:
     """The same conversation through the Responses endpoint; its usage, flattened."""
     resp = sdk(server).responses.create(
@@ -286,10 +289,12 @@ def responses_usage(server: LiveServer, messages: list[dict[str, Any]], **extra:
 def test_responses_and_chat_share_one_cache_and_one_accounting(live_server: LiveServer) -> None:
     messages = conversation()
     chat, _ = ask(live_server, messages)
-    assert (chat["cached"], chat["write"]) == (0, chat["prompt"])
+    # New text: at most the chat template's opening (every prompt starts with a system turn)
+    # is read from what this key left in the slot; everything else is written.
+    assert chat["cached"] <= OPENING and chat["write"] == chat["prompt"] - chat["cached"]
     # The same conversation rendered the same way: the Responses request reads what Chat wrote.
     resp = responses_usage(live_server, messages)
     assert resp["prompt"] == chat["prompt"]
     assert (resp["cached"], resp["write"]) == (resp["prompt"] - 1, 1)
     fresh = responses_usage(live_server, conversation())
-    assert (fresh["cached"], fresh["write"]) == (0, fresh["prompt"])
+    assert fresh["cached"] <= OPENING and fresh["write"] == fresh["prompt"] - fresh["cached"]

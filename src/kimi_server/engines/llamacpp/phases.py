@@ -178,6 +178,10 @@ def settled(reasoning: str, *, cut: bool) -> str:
     return reasoning.rstrip()
 
 
+BLANK_RETRY = 4  # tokens asked for at a time while the floor's reasoning is still blank
+OPEN_TAG_BANS: list[list[Any]] = [[f"{lead}<", False] for lead in ("", " ", "\n")]
+
+
 async def reason(ctx: PhaseContext, opened: str) -> AsyncIterator[ReasoningDelta | str]:
     """Runs the reasoning phase; yields deltas, then the whole reasoning text (a plain str).
 
@@ -195,9 +199,19 @@ async def reason(ctx: PhaseContext, opened: str) -> AsyncIterator[ReasoningDelta
     raw: list[str] = []  # untrimmed, to extend the prompt exactly as the KV cache holds it
     trim = LeadingTrim()
     bans = floor_bans(ctx.fmt)
-    while ctx.tally.reasoning < floor and not ctx.context_full:
-        left = floor - ctx.tally.reasoning
-        body = ctx.body(opened + "".join(raw), left, stop=stop, ignore_eos=True, logit_bias=bans)
+    # The floor counts only once something was said: a floor spent on blank lines would leave
+    # the reasoning empty (seen on a fresh server with the tiny model at `low`).
+    while (
+        not ctx.context_full
+        and ctx.tally.reasoning < cap
+        and (ctx.tally.reasoning < floor or (floor > 0 and not parts))
+    ):
+        short = floor - ctx.tally.reasoning
+        left = min(short if short > 0 else BLANK_RETRY, cap - ctx.tally.reasoning)
+        # Until something is said, no tag may open either: a model that starts its thinking
+        # with "<answer>" would otherwise stop at that marker every time and say nothing.
+        ban = bans if parts else [*bans, *OPEN_TAG_BANS]
+        body = ctx.body(opened + "".join(raw), left, stop=stop, ignore_eos=True, logit_bias=ban)
         async for item in _call(ctx, body, reasoning=True):
             if isinstance(item, CompletionResult):
                 continue
