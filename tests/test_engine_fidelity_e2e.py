@@ -182,9 +182,11 @@ def test_both_max_fields_are_served_and_the_newer_wins(live_server: LiveServer) 
                 messages=[{"role": "user", "content": "Count to fifty."}],
                 reasoning_effort="low",  # type: ignore[arg-type]
                 max_tokens=500,
-                max_completion_tokens=30,
+                # Below the low floor (8) plus the answer's unstoppable lead (3): only this cap
+                # can end the request, so "length" shows it won over max_tokens.
+                max_completion_tokens=10,
             )
 
     resp = asyncio.run(main())
-    assert resp.usage is not None and resp.usage.completion_tokens <= 30
+    assert resp.usage is not None and resp.usage.completion_tokens <= 10
     assert resp.choices[0].finish_reason == "length"

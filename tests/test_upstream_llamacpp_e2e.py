@@ -108,11 +108,11 @@ def test_chat_json_schema_plain_and_streamed(front: LiveServer) -> None:
     fmt: Any = {"type": "json_schema", "json_schema": {"name": "number", "schema": SCHEMA, "strict": True}}
     messages: Any = [{"role": "user", "content": "Give me a number as JSON."}]
     resp = client.chat.completions.create(
-        model="kimi-k3.1-pro", messages=messages, response_format=fmt, max_completion_tokens=24
+        model="kimi-k3.1-pro", messages=messages, response_format=fmt, max_completion_tokens=64
     )
     assert isinstance(json.loads(resp.choices[0].message.content or "")["n"], int)
     stream = client.chat.completions.create(
-        model="kimi-k3.1-pro", messages=messages, response_format=fmt, max_completion_tokens=24, stream=True
+        model="kimi-k3.1-pro", messages=messages, response_format=fmt, max_completion_tokens=64, stream=True
     )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert isinstance(json.loads(text)["n"], int)
