@@ -26,6 +26,10 @@ class Engine(Protocol):
         (an upstream whose window is not configured)."""
         ...
 
+    def tenant_stats(self, key_id: str) -> dict[str, int]:
+        """One API key's own ``active_calls`` and ``cancelled_calls`` (what that tenant may see)."""
+        ...
+
     def stats(self) -> dict[str, int]:
         """Counters for operators: calls in flight, calls cancelled by a departed client."""
         ...

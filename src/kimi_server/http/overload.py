@@ -387,9 +387,7 @@ def tenant_engine_stats(app: FastAPI, key_id: str) -> list[dict[str, Any]]:
     requests admitted, waiting and refused. Nothing here moves with another key's traffic."""
     rows = []
     for engine, admission in admission_set(app).items():
-        own = getattr(engine, "tenant_stats", None)
-        calls = own(key_id) if callable(own) else {"active_calls": 0, "cancelled_calls": 0}
-        rows.append({"engine": engine.name, **calls, **admission.key_stats(key_id)})
+        rows.append({"engine": engine.name, **engine.tenant_stats(key_id), **admission.key_stats(key_id)})
     return rows
 
 
