@@ -7,10 +7,12 @@ unit conversions, simple code) is answered three ways by the same GGUF:
   model's own chat template, no reasoning: the baseline;
 - ``low`` and the default effort (``max``): through kimi-server and the openai SDK.
 
-Requests run concurrently (llama.cpp slots) to keep the run short. It prints each score and the
-ratio of the with-reasoning score to the direct one (1.0 = as good as answering directly).
+Requests run concurrently (llama.cpp slots) to keep the run short. Answers are sampled (the
+server's default temperature), so one pass over 50 questions moves by several answers from run
+to run; ``--rounds`` asks every question that many times in each variant. It prints each score
+and the ratio of the with-reasoning score to the direct one (1.0 = as good as answering directly).
 
-    python -m benchmarks.answer_quality [--model qwen2.5-coder-0.5b] [--limit N] [--parallel 4]
+    python -m benchmarks.answer_quality [--model qwen2.5-coder-0.5b] [--rounds 2] [--parallel 4]
 """
 
 from __future__ import annotations
@@ -190,6 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--limit", type=int, default=0, help="only the first N questions")
+    parser.add_argument("--rounds", type=int, default=2, help="times each question is asked")
     parser.add_argument("--parallel", type=int, default=4, help="requests in flight at once")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: one per core)")
     parser.add_argument("--show-wrong", action="store_true", help="print each wrong reply")
@@ -197,6 +200,7 @@ def main() -> None:
     questions = load_questions()
     if args.limit:
         questions = questions[: args.limit]
+    questions = questions * max(1, args.rounds)
     path = resolve_model(args.model, ModelStore(default_models_dir()), auto_pull=True)
 
     scores: dict[str, int] = {}

@@ -11,8 +11,9 @@ import pytest
 
 from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
 from kimi_server.engines.llamacpp.grammar import PROBE_LITERAL, QWEN_SYNTAX
-from kimi_server.engines.llamacpp.phases import PhaseContext, prompted_generation
+from kimi_server.engines.llamacpp.phases import PhaseContext, answer_turn, prompted_generation
 from kimi_server.engines.llamacpp.runner import CompletionResult
+from kimi_server.engines.llamacpp.template import CHATML, ChatTemplate
 from kimi_server.engines.types import (
     ContentDelta,
     EngineEvent,
@@ -73,7 +74,8 @@ def reply_for(decision: str, answer_text: str) -> Reply:
 
 def run(runner: FakeRunner, req: GenerationRequest) -> list[EngineEvent]:
     async def go() -> list[EngineEvent]:
-        ctx = PhaseContext(runner, req, get_reasoning_format("prompted"), {})  # type: ignore[arg-type]
+        fmt = get_reasoning_format("prompted")
+        ctx = PhaseContext(runner, req, fmt, {}, answer_prompt=answer_turn(ChatTemplate(CHATML), req, fmt))  # type: ignore[arg-type]
         plan = plan_answer(req, QWEN_SYNTAX)
         return [e async for e in prompted_generation(ctx, "PROMPT", plan)]
 

@@ -14,7 +14,7 @@ from kimi_server.engines.llamacpp.answer import plan_answer
 from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.multimodal import MEDIA_MARKER, media_of
-from kimi_server.engines.llamacpp.phases import PhaseContext, prompted_generation
+from kimi_server.engines.llamacpp.phases import PhaseContext, answer_turn, prompted_generation
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import CHATML, ChatTemplate
 from kimi_server.engines.types import Message
@@ -37,14 +37,17 @@ def test_prompt_carries_one_marker_and_one_payload_per_image() -> None:
     llama = FakeLlama(natural_stop=3)
 
     async def main() -> None:
-        ctx = PhaseContext(CompletionRunner(llama), req, get_reasoning_format("prompted"), {}, media=media)
+        fmt = get_reasoning_format("prompted")
+        turn = answer_turn(ChatTemplate(CHATML), req, fmt)
+        ctx = PhaseContext(CompletionRunner(llama), req, fmt, {}, media=media, answer_prompt=turn)
         plan = plan_answer(req, syntax_for_template(CHATML))
         [e async for e in prompted_generation(ctx, prompt, plan)]
 
     asyncio.run(main())
     for body in llama.calls:
         assert body["prompt"]["multimodal_data"] == list(media)
-        assert body["prompt"]["prompt_string"].startswith(prompt)
+        # Attempts extend the prompt; the answer adds the draft's turn after the conversation.
+        assert body["prompt"]["prompt_string"].startswith(prompt.removesuffix("<|im_start|>assistant\n"))
     # Same words, another image: the prompt text differs, so no cache entry is shared.
     other = ChatTemplate(CHATML).render((Message("user", "Compare these.", images=(b, a)),))
     assert other != prompt

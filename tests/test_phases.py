@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from typing import Any
 
 from kimi_server.engines.llamacpp.answer import plan_answer
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
-from kimi_server.engines.llamacpp.phases import PhaseContext, prompted_generation
+from kimi_server.engines.llamacpp.phases import (
+    ANSWER_LEAD,
+    PhaseContext,
+    answer_turn,
+    prompted_generation,
+)
 from kimi_server.engines.llamacpp.runner import CompletionRunner
-from kimi_server.engines.llamacpp.template import CHATML
+from kimi_server.engines.llamacpp.template import CHATML, ChatTemplate
 from kimi_server.engines.types import (
     CachePolicy,
     ContentDelta,
@@ -21,7 +27,7 @@ from kimi_server.engines.types import (
     ReasoningBudget,
     ReasoningDelta,
 )
-from kimi_server.parsers.reasoning import MarkerScrub, get_reasoning_format
+from kimi_server.parsers.reasoning import MarkerScrub, PhraseScrub, get_reasoning_format
 
 
 class FakeLlama:
@@ -65,37 +71,61 @@ def request(floor: int, cap: int, max_out: int, separate: bool = True) -> Genera
     )
 
 
+async def answer_prompt(reasoning: str) -> str:
+    """Stands in for the engine's: the chat template would render the conversation, the chosen
+    attempt as the assistant's turn and the follow-up; here the attempt is enough to check."""
+    return f"ANSWER[{reasoning}]"
+
+
 def run(llama: FakeLlama, req: GenerationRequest) -> list[EngineEvent]:
     async def main() -> list[EngineEvent]:
         runner = CompletionRunner(llama)
-        ctx = PhaseContext(runner, req, get_reasoning_format("prompted"), {})
+        fmt = get_reasoning_format("prompted")
+        ctx = PhaseContext(runner, req, fmt, {}, answer_prompt=answer_prompt)
         plan = plan_answer(req, syntax_for_template(CHATML))
         return [e async for e in prompted_generation(ctx, "PROMPT", plan)]
 
     return asyncio.run(main())
 
 
-def test_floor_masks_end_of_turn_then_model_stops() -> None:
-    llama = FakeLlama(natural_stop=3)
-    events = run(llama, request(floor=5, cap=50, max_out=100))
-    floor_call, rest_call, lead_call, answer_call = llama.calls
-    assert floor_call["ignore_eos"] is True and floor_call["n_predict"] == 5
-    assert "</think>" in floor_call["stop"] and "<answer>" in floor_call["stop"]
-    assert ["</", False] in floor_call["logit_bias"]  # the closing tag cannot even start
-    assert rest_call["n_predict"] == 45 and "ignore_eos" not in rest_call
-    assert answer_call["prompt"].startswith("PROMPT<think>\n") and "\n</think>\n\n" in answer_call["prompt"]
-    # The answer's first tokens cannot end it (nor reopen a think block).
+def test_attempts_until_the_floor_then_the_answer_in_its_own_prompt() -> None:
+    llama = FakeLlama(natural_stop=2)
+    events = run(llama, request(floor=12, cap=50, max_out=100))
+    *reasoning_calls, lead_call, answer_call = llama.calls
+    # Three attempts of 3 + 2 tokens reach the floor of 12; each starts from the conversation.
+    assert len(reasoning_calls) == 6
+    leads, rests = reasoning_calls[0::2], reasoning_calls[1::2]
+    assert all(c["prompt"] == "PROMPT" for c in leads)
+    assert all(c["ignore_eos"] is True and c["n_predict"] == 3 for c in leads)
+    assert all(["<", False] in c["logit_bias"] for c in leads)  # no attempt opens with a tag
+    assert all("ignore_eos" not in c and c["prompt"] == "PROMPT" + "w0 w1 w2 " for c in rests)
+    assert all("</think>" in c["stop"] and "<answer>" in c["stop"] for c in reasoning_calls)
+    # The answer: the chosen attempt (finished lines only) in a prompt of its own.
+    assert lead_call["prompt"] == "ANSWER[w0 w1 w2 w0 w1]"
     assert lead_call["ignore_eos"] is True and lead_call["n_predict"] == 3
     assert ["<think>", False] in lead_call["logit_bias"]
-    assert answer_call["prompt"].endswith("w0 w1 w2 ") and "ignore_eos" not in answer_call
+    assert answer_call["prompt"].endswith("]w0 w1 w2 ") and "ignore_eos" not in answer_call
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    assert reasoning == (
+        "w0 w1 w2 w0 w1 \n\nAttempt 2:\nw0 w1 w2 w0 w1 \n\nAttempt 3:\nw0 w1 w2 w0 w1 "
+        "\n\nGoing with attempt 1."
+    )
     finish = events[-1]
     assert isinstance(finish, Finish)
-    assert finish.usage.reasoning_tokens == 8
-    assert finish.usage.completion_tokens == 14
+    assert finish.usage.reasoning_tokens == 15
+    assert finish.usage.completion_tokens == 20
     assert finish.usage.prompt_tokens == 10 and finish.usage.cached_tokens == 4
     assert finish.usage.cache_write_tokens == 6
     kinds = [type(e).__name__ for e in events[:-1]]
-    assert kinds == ["ReasoningDelta"] * 8 + ["ContentDelta"] * 6
+    assert kinds[-5:] == ["ContentDelta"] * 5 and kinds.count("ContentDelta") == 5
+
+
+def test_seeded_attempts_each_get_their_own_seed() -> None:
+    llama = FakeLlama(natural_stop=2)
+    req = request(floor=12, cap=50, max_out=100)
+    run(llama, dataclasses.replace(req, seed=7))
+    seeds = [c["seed"] for c in llama.calls]
+    assert seeds[:6] == [7, 7, 8, 8, 9, 9] and seeds[6:] == [7, 7]
 
 
 def test_reasoning_cap_and_output_cap() -> None:
@@ -124,15 +154,19 @@ def test_k3_reports_no_cache_writes() -> None:
 
 
 def test_closing_the_stream_stops_llama() -> None:
-    llama = FakeLlama()
+    llama = FakeLlama(natural_stop=10**7)
 
     async def main() -> None:
         runner = CompletionRunner(llama)
         req = request(floor=0, cap=10_000_000, max_out=10_000_000)
-        ctx = PhaseContext(runner, req, get_reasoning_format("prompted"), {})
+        fmt = get_reasoning_format("prompted")
+        ctx = PhaseContext(runner, req, fmt, {}, answer_prompt=answer_prompt)
         events = prompted_generation(ctx, "PROMPT", plan_answer(req, syntax_for_template(CHATML)))
+        seen = 0
         async for _ in events:
-            break
+            seen += 1
+            if seen > ANSWER_LEAD:  # inside the long call after the attempt's lead
+                break
         await events.aclose()
         for _ in range(100):
             if llama.stopped.is_set():
@@ -147,10 +181,10 @@ def test_closing_the_stream_stops_llama() -> None:
 def test_context_running_out_ends_with_length() -> None:
     llama = FakeLlama(context=7)
     events = run(llama, request(floor=20, cap=50, max_out=100))
-    assert len(llama.calls) == 1  # neither more reasoning nor an answer is attempted
+    assert len(llama.calls) == 2  # neither another attempt nor an answer follows
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "length"
-    assert finish.usage.completion_tokens == 7
+    assert finish.usage.completion_tokens == 10
 
 
 # Issue 8: the floor is a floor, and no marker text reaches an answer.
@@ -168,13 +202,16 @@ class ClosingLlama(FakeLlama):
 
     def handle_completions(self, body: dict[str, Any], callback: Any = None) -> None:
         self.calls.append(body)
-        if "</think>" not in body["prompt"].rsplit("<think>", 1)[-1]:  # still reasoning
+        if not body["prompt"].startswith("ANSWER["):  # an attempt, continued where the prompt ends
             pieces = [
                 f"r{i}" + ("\n" if self.line and (i + 1) % self.line == 0 else " ")
                 for i in range(self.closes_after)
             ] + ["</think>"]
+            said = body["prompt"].removeprefix("PROMPT")
+            while said and pieces and said.startswith(pieces[0]):
+                said, pieces = said[len(pieces[0]) :], pieces[1:]
         else:  # continues the answer from what the prompt already holds of it
-            rest = self.answer[len(body["prompt"].rsplit("</think>\n\n", 1)[-1]) :]
+            rest = self.answer[len(body["prompt"].rsplit("]", 1)[-1]) :]
             pieces = [rest[i : i + 3] for i in range(0, len(rest), 3)]
         stops = body.get("stop") or []
         text, sent, n, reason = "", 0, 0, "length"
@@ -201,18 +238,16 @@ class ClosingLlama(FakeLlama):
         callback({"choices": [{"text": "", "finish_reason": reason}], "usage": usage, "timings": {}})
 
 
-def test_floor_holds_when_the_model_writes_the_closer() -> None:
-    llama = ClosingLlama(closes_after=2)
+def test_an_attempt_ends_at_a_marker_and_the_floor_takes_more_attempts() -> None:
+    llama = ClosingLlama(closes_after=4)
     events = run(llama, request(floor=12, cap=20, max_out=100))
     finish = events[-1]
     assert isinstance(finish, Finish)
     assert finish.usage.reasoning_tokens >= 12
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
-    assert "</think>" not in reasoning and reasoning.count("r0") >= 4  # kept thinking
-    floor_calls = [c for c in llama.calls if c.get("ignore_eos") and "</think>" not in c["prompt"]]
-    assert len(floor_calls) == 4 and all(c["logit_bias"] for c in floor_calls)
-    # Each floor call continues from the reasoning so far, without the dropped closer.
-    assert floor_calls[-1]["prompt"] == "PROMPT<think>\n" + "r0 r1 " * 3
+    assert "</think>" not in reasoning and "Attempt 2:" in reasoning
+    # The marker ended each attempt; the next one started from the conversation again.
+    assert [c["prompt"] for c in llama.calls if c.get("ignore_eos")][:2] == ["PROMPT"] * 2
 
 
 def test_answer_stops_at_think_tags_and_drops_wrapper_tags() -> None:
@@ -229,7 +264,7 @@ def test_answer_sees_only_finished_lines_of_reasoning_cut_by_the_cap() -> None:
     events = run(llama, request(floor=0, cap=5, max_out=100))
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
     assert reasoning == "r0 r1 r2\nr3 r4 "  # the client sees all of it
-    assert llama.calls[-2]["prompt"].endswith("<think>\nr0 r1 r2\n</think>\n\n")
+    assert llama.calls[-2]["prompt"] == "ANSWER[r0 r1 r2]"
 
 
 def test_marker_text_scrubbed_under_a_grammar() -> None:
@@ -244,3 +279,29 @@ def test_marker_variants_scrubbed() -> None:
     stream = ["< think>\n80", " is < /Answer >it <", "b>x</b> a<b", "<"]
     out = "".join(scrub.feed(p) for p in stream) + scrub.flush()
     assert out == "\n80 is it <b>x</b> a<b<"
+
+
+def test_the_drafts_framing_never_reaches_an_answer() -> None:
+    """A small model may copy the system turn that carries its draft; those sentences are the
+    server's words, not the answer."""
+    fmt = get_reasoning_format("prompted")
+    scrub = PhraseScrub(fmt.scaffold)
+    note = fmt.follow_up.format(draft="Mercury is closest.")
+    text = note + "\n\nMercury, then Venus."
+    out = "".join(scrub.feed(text[i : i + 5]) for i in range(0, len(text), 5)) + scrub.flush()
+    assert " ".join(out.split()) == "Mercury is closest. Mercury, then Venus."
+    plain = PhraseScrub(fmt.scaffold)
+    assert plain.feed("A draft is fine. ") + plain.flush() == "A draft is fine."
+
+
+def test_the_answer_prompt_puts_the_draft_after_the_conversation() -> None:
+    fmt = get_reasoning_format("prompted")
+    req = request(floor=0, cap=5, max_out=100)
+    template = ChatTemplate(CHATML)
+    prompt = asyncio.run(answer_turn(template, req, fmt)("The draft."))
+    conversation = template.render(req.messages).removesuffix("<|im_start|>assistant\n")
+    assert prompt.startswith(conversation)  # the attempts' KV and the prompt cache still hold
+    assert prompt.endswith(
+        "<|im_start|>system\n" + fmt.follow_up.format(draft="The draft.") + "<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )

@@ -143,8 +143,10 @@ def test_multi_turn_reuses_the_history(live_server: LiveServer) -> None:
     ]
     second, _ = ask(live_server, history)
     assert second["prompt"] > first["prompt"]
-    # At least the whole first prompt came from the cache; only the new turn was computed.
-    assert second["cached"] >= first["prompt"] - 1
+    # The whole first conversation came from the cache; only the new turn was computed. (The
+    # slot ends holding the answer's prompt, where the draft's system turn follows the
+    # conversation: the first prompt's "assistant\n" opening is the part not reused.)
+    assert second["cached"] >= first["prompt"] - 3
     assert second["write"] == second["prompt"] - second["cached"]
     assert_k31_split(second)
 

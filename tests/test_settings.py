@@ -37,20 +37,20 @@ def test_api_keys_from_env_are_comma_separated(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_budgets_from_env_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KIMI_BUDGETS", '{"high": {"floor": 40, "cap": 100}}')
+    monkeypatch.setenv("KIMI_BUDGETS", '{"high": {"floor": 100, "cap": 120}}')
     settings = load_settings()
-    assert settings.budgets["high"].floor == 40
-    assert settings.budgets["low"].cap == 32
+    assert settings.budgets["high"].floor == 100
+    assert settings.budgets["low"].cap == 96
 
 
 def test_overlapping_budgets_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 8: a level's cap past the next level's floor would let a lower effort out-think
     a higher one; the operator hears which pair overlaps."""
     monkeypatch.setenv("KIMI_BUDGETS", '{"high": {"floor": 5, "cap": 9}}')
-    with pytest.raises(ValueError, match=r"low\.cap \(32\) exceeds high\.floor \(5\)"):
+    with pytest.raises(ValueError, match=r"low\.cap \(96\) exceeds high\.floor \(5\)"):
         load_settings()
     monkeypatch.setenv("KIMI_BUDGETS", '{"max": {"floor": 100, "cap": 900}}')
-    with pytest.raises(ValueError, match=r"high\.cap \(112\) exceeds max\.floor"):
+    with pytest.raises(ValueError, match=r"high\.cap \(128\) exceeds max\.floor"):
         load_settings()
     monkeypatch.setenv("KIMI_BUDGETS", '{"low": {"floor": 0, "cap": 48}, "high": {"floor": 48, "cap": 60}}')
     assert load_settings().budgets["high"].floor == 48  # touching is allowed

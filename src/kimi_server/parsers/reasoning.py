@@ -1,8 +1,9 @@
 """Reasoning formats: how a model's thinking is produced and told apart from its answer.
 
-- ``prompted``: for models with no thinking mode of their own. The engine opens a thinking block
-  in the assistant turn, lets the model think until it closes the block or the budget ends,
-  closes it, then generates the answer conditioned on that reasoning (two phases).
+- ``prompted``: for models with no thinking mode of their own. The reasoning is a series of
+  independent attempts at the reply, as many as the effort's floor asks for; the answer is
+  generated in a turn of its own after the attempt the others agree with most
+  (``engines/llamacpp/phases.py``, ``consensus.py``). The tags only keep an answer clean.
 - ``think-tags``: for models that think natively between ``<think>`` and ``</think>`` (Qwen3,
   DeepSeek-R1 style). One generation; the stream is split at the tags.
 """
@@ -20,9 +21,14 @@ class ReasoningFormat:
     kind: Literal["prompted", "native"]
     opener: str
     closer: str
-    # Told to a model that has no thinking mode of its own (in the system turn), so that it
-    # knows what the block it is given is for and answers after it (issue 8).
-    hint: str = ""
+    # Given to a model with no thinking mode of its own once its attempts are made: the chosen
+    # attempt ({draft}) in a system turn after the conversation, so that the reply is a fresh
+    # answer to the user. Measured on the default model (issue 8): text after the attempt in
+    # the same turn commented on it ("This answer is designed to..."); the attempt as the
+    # assistant's turn followed by a user or system request for a final reply drew refusals
+    # ("I'm sorry, but I can't assist with that"); a draft in a system turn is copied where
+    # it is right.
+    follow_up: str = ""
 
     @property
     def stop_marker(self) -> str:
@@ -33,6 +39,16 @@ class ReasoningFormat:
     def stops(self) -> tuple[str, ...]:
         """Tags that open or close a reasoning block: an answer ends at them (issue 8)."""
         return tuple(dict.fromkeys((self.opener.strip(), self.stop_marker, *THINK_TAGS)))
+
+    @property
+    def scaffold(self) -> tuple[str, ...]:
+        """The follow-up's own sentences, around the draft: never part of an answer."""
+        return tuple(
+            line.strip()
+            for part in self.follow_up.split("{draft}")
+            for line in part.splitlines()
+            if line.strip()
+        )
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -55,10 +71,9 @@ REASONING_FORMATS: dict[str, ReasoningFormat] = {
         "prompted",
         "<think>\n",
         "\n</think>\n\n",
-        hint=(
-            "Before you reply, think the problem through step by step between <think> and "
-            "</think>. After </think>, give your final reply to the user: it must answer the "
-            "question itself, starting with the answer."
+        follow_up=(
+            "A draft of your reply to the user's latest message:\n\n{draft}\n\n"
+            "Reply to the user now, using the draft where it is right."
         ),
     ),
     "think-tags": ReasoningFormat("think-tags", "native", "<think>", "</think>"),
@@ -167,3 +182,31 @@ class MarkerScrub:
     def flush(self) -> str:
         rest, self._buf = self._buf, ""
         return rest
+
+
+class PhraseScrub:
+    """Removes given phrases from a streamed answer: the server's own words to the model, which
+    a small model sometimes copies into its reply ("A draft of your reply ..."). Text that may
+    still grow into a phrase is held back until it is decided."""
+
+    def __init__(self, phrases: tuple[str, ...]) -> None:
+        self._phrases = tuple(p for p in phrases if p)
+        self._buf = ""
+
+    def feed(self, text: str) -> str:
+        self._buf += text
+        for phrase in self._phrases:
+            self._buf = self._buf.replace(phrase, "")
+        if not self._phrases:
+            out, self._buf = self._buf, ""
+            return out
+        keep = max((_partial_suffix(self._buf, p) for p in self._phrases), default=0)
+        # Whitespace is held too: what a removed phrase leaves at the end is dropped.
+        body = self._buf[: len(self._buf) - keep]
+        keep += len(body) - len(body.rstrip())
+        out, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
+        return out
+
+    def flush(self) -> str:
+        rest, self._buf = self._buf, ""
+        return rest.rstrip() if self._phrases else rest

@@ -16,7 +16,12 @@ from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.multimodal import media_of
-from kimi_server.engines.llamacpp.phases import PhaseContext, Tally, prompted_generation
+from kimi_server.engines.llamacpp.phases import (
+    PhaseContext,
+    Tally,
+    answer_turn,
+    prompted_generation,
+)
 from kimi_server.engines.llamacpp.prompt_cache import CacheLimits, CacheStats, PromptCacheLedger
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
@@ -183,12 +188,11 @@ class EmbeddedEngine:
         await self._checker.check(plan, request)
         # Rendering runs in a worker thread so a large (size-checked) prompt never stalls the
         # event loop that serves every other request.
+        # A model that thinks natively sees its earlier thinking again; prompted attempts are
+        # not shown back (the answer they led to is).
+        history = (self.fmt.opener, self.fmt.closer) if self.fmt.kind == "native" else None
         prompt = await asyncio.to_thread(
-            self.template.render,
-            request.messages,
-            tools=request.tools,
-            history_reasoning=(self.fmt.opener, self.fmt.closer),
-            hint=self.fmt.hint,
+            self.template.render, request.messages, tools=request.tools, history_reasoning=history
         )
         policy = request.cache
         lease = await self.cache.acquire(policy.namespace, prompt, policy.ttl_seconds)
@@ -214,6 +218,7 @@ class EmbeddedEngine:
             utility_slot=self.utility_slot,
             context_window=self.config.n_ctx,
             media=media,
+            answer_prompt=answer_turn(self.template, request, self.fmt, history),
         )
         try:
             async for event in prompted_generation(ctx, prompt, plan):

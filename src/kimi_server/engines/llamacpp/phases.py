@@ -9,14 +9,16 @@ requests is the prompt cache's decision (``PhaseContext.reuse``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_server.engines.llamacpp.answer import AnswerPlan
+from kimi_server.engines.llamacpp.consensus import most_agreed
 from kimi_server.engines.llamacpp.decide import model_wants_call, reasoning_writes_call
 from kimi_server.engines.llamacpp.multimodal import prompt_field
 from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
+from kimi_server.engines.llamacpp.template import ChatTemplate
 from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
 from kimi_server.engines.types import (
     ContentDelta,
@@ -24,11 +26,12 @@ from kimi_server.engines.types import (
     Finish,
     FinishReason,
     GenerationRequest,
+    Message,
     ReasoningDelta,
     Usage,
 )
 from kimi_server.errors import InvalidRequestError
-from kimi_server.parsers.reasoning import MarkerScrub, ReasoningFormat
+from kimi_server.parsers.reasoning import MarkerScrub, PhraseScrub, ReasoningFormat
 
 
 @dataclass
@@ -68,6 +71,38 @@ class Tally:
         )
 
 
+async def _no_answer_prompt(reasoning: str) -> str:
+    raise RuntimeError("prompted reasoning needs the engine's answer_prompt")
+
+
+def answer_turn(
+    template: ChatTemplate,
+    request: GenerationRequest,
+    fmt: ReasoningFormat,
+    history: tuple[str, str] | None = None,
+) -> Callable[[str], Awaitable[str]]:
+    """The answer's prompt for prompted reasoning: the conversation, then the chosen attempt as
+    a draft in a system turn of its own, rendered by the model's own template (in a worker
+    thread: a long conversation must not stall the event loop). The conversation stays a
+    prefix, so the answer reuses the attempts' KV and the prompt cache still holds it. A
+    template that refuses a system turn there gets the draft as a user turn."""
+
+    async def render(reasoning: str) -> str:
+        note = fmt.follow_up.format(draft=reasoning)
+        try:
+            turns = (*request.messages, Message("system", note))
+            return await asyncio.to_thread(
+                template.render, turns, tools=request.tools, history_reasoning=history
+            )
+        except InvalidRequestError:
+            turns = (*request.messages, Message("user", note))
+            return await asyncio.to_thread(
+                template.render, turns, tools=request.tools, history_reasoning=history
+            )
+
+    return render
+
+
 @dataclass
 class PhaseContext:
     runner: CompletionRunner
@@ -83,8 +118,10 @@ class PhaseContext:
     context_full: bool = False  # the engine's context ran out: nothing more can be generated
     media: tuple[str, ...] = ()  # base64 images for a multimodal model (issue 11)
     context_window: int = 0  # the engine's ctx_size, for error messages
+    # The answer's prompt, given the chosen attempt (prompted reasoning; see answer_turn).
+    answer_prompt: Callable[[str], Awaitable[str]] = field(default=_no_answer_prompt)
 
-    def body(self, prompt: str, n_predict: int, **extra: Any) -> dict[str, Any]:
+    def body(self, prompt: str, n_predict: int, *, attempt: int = 0, **extra: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": prompt_field(prompt, self.media),
             "n_predict": n_predict,
@@ -96,7 +133,8 @@ class PhaseContext:
         if self.slot is not None:
             body["id_slot"] = self.slot
         if self.request.seed is not None:
-            body["seed"] = self.request.seed
+            # Each attempt its own stream of the seed: the same seed would repeat one attempt.
+            body["seed"] = (self.request.seed + attempt) % 2**32 if attempt else self.request.seed
         return body
 
     def finish(self, reason: FinishReason) -> Finish:
@@ -154,15 +192,10 @@ def open_thinking(prompt: str, fmt: ReasoningFormat) -> str:
     return prompt + fmt.opener
 
 
-# Answer tokens during which end-of-turn and think tags are masked, so no answer is empty.
+# Answer tokens during which end-of-turn and think tags are masked, so no answer is empty; an
+# attempt starts the same way, so each one says something and the attempt loop always advances.
 ANSWER_LEAD = 3
-
-
-def floor_bans(fmt: ReasoningFormat) -> list[list[Any]]:
-    """Tokens banned while the floor lasts: the ones that open a closing tag ("</"), however
-    the tokenizer splits it after a space or a newline."""
-    starts = {m[:2] for m in fmt.markers if m.startswith("</")}
-    return [[f"{lead}{s}", False] for s in sorted(starts) for lead in ("", " ", "\n")]
+OPEN_TAG_BANS: list[list[Any]] = [[f"{lead}<", False] for lead in ("", " ", "\n")]
 
 
 def reasoning_cap(ctx: PhaseContext) -> int:
@@ -178,50 +211,64 @@ def settled(reasoning: str, *, cut: bool) -> str:
     return reasoning.rstrip()
 
 
-BLANK_RETRY = 4  # tokens asked for at a time while the floor's reasoning is still blank
-OPEN_TAG_BANS: list[list[Any]] = [[f"{lead}<", False] for lead in ("", " ", "\n")]
+@dataclass
+class Attempt:
+    text: str
+    finished: bool  # ended by the model, not cut by the cap or the context
 
 
-async def reason(ctx: PhaseContext, opened: str) -> AsyncIterator[ReasoningDelta | str]:
-    """Runs the reasoning phase; yields deltas, then the whole reasoning text (a plain str).
+async def attempts(ctx: PhaseContext, prompt: str) -> AsyncIterator[ReasoningDelta | Attempt]:
+    """The prompted reasoning phase: independent attempts at the reply, each sampled from the
+    conversation itself, until the effort's floor is reached (never past its cap).
 
-    The floor holds: end-of-turn is masked and the closing tag's first token banned; should the
-    model still spell a marker out, the marker is dropped and the thinking goes on from the text
-    before it. Each call generates at least one token, so the loop ends within ``floor`` calls.
-    After the floor the model may close its reasoning (or stop) until the cap.
+    A model with no thinking mode answers best in the form it was trained on; asked to "think"
+    first it drifts, and the longer it is made to think the further (issue 8: forced reasoning
+    made the 0.5B default model wrong more often than answering directly). More attempts, by
+    contrast, only add evidence: ``consensus.most_agreed`` picks the one the others agree with.
+    Yields the reasoning deltas, with a label before every attempt after the first, and each
+    attempt once it ends.
     """
-    budget = ctx.request.budget
     cap = reasoning_cap(ctx)
-    # A model that thinks natively decides itself when it is done; only prompted ones get a floor.
-    floor = min(budget.floor, cap) if ctx.fmt.kind == "prompted" else 0
-    stop = list(ctx.fmt.markers)  # the model starting an answer also ends its reasoning
-    parts: list[str] = []
-    raw: list[str] = []  # untrimmed, to extend the prompt exactly as the KV cache holds it
-    trim = LeadingTrim()
-    bans = floor_bans(ctx.fmt)
-    # The floor counts only once something was said: a floor spent on blank lines would leave
-    # the reasoning empty (seen on a fresh server with the tiny model at `low`).
-    while (
-        not ctx.context_full
-        and ctx.tally.reasoning < cap
-        and (ctx.tally.reasoning < floor or (floor > 0 and not parts))
+    floor = min(ctx.request.budget.floor, cap)
+    index = 0
+    while not ctx.context_full and ctx.tally.reasoning < cap and (
+        index == 0 or ctx.tally.reasoning < floor
     ):
-        short = floor - ctx.tally.reasoning
-        left = min(short if short > 0 else BLANK_RETRY, cap - ctx.tally.reasoning)
-        # Until something is said, no tag may open either: a model that starts its thinking
-        # with "<answer>" would otherwise stop at that marker every time and say nothing.
-        ban = bans if parts else [*bans, *OPEN_TAG_BANS]
-        body = ctx.body(opened + "".join(raw), left, stop=stop, ignore_eos=True, logit_bias=ban)
-        async for item in _call(ctx, body, reasoning=True):
-            if isinstance(item, CompletionResult):
-                continue
-            raw.append(item)
-            if text := trim(item):
-                parts.append(text)
-                yield ReasoningDelta(text)
-    remaining = cap - ctx.tally.reasoning
-    if remaining > 0 and not ctx.context_full:
-        body = ctx.body(opened + "".join(raw), remaining, stop=stop)
+        if index:
+            yield ReasoningDelta(f"\n\nAttempt {index + 1}:\n")
+        raw: list[str] = []
+        parts: list[str] = []
+        trim = LeadingTrim()
+        finished = False
+        # The lead masks end-of-turn and tags, so each attempt costs at least one token.
+        lead = {"ignore_eos": True, "logit_bias": OPEN_TAG_BANS}
+        for limit, extra in ((ANSWER_LEAD, lead), (cap, {})):
+            left = min(limit, cap - ctx.tally.reasoning)
+            if finished or left <= 0 or ctx.context_full:
+                break
+            body = ctx.body(
+                prompt + "".join(raw), left, stop=list(ctx.fmt.markers), attempt=index, **extra
+            )
+            async for item in _call(ctx, body, reasoning=True):
+                if isinstance(item, CompletionResult):
+                    finished = item.finish_reason == "stop"  # end-of-turn or a marker
+                    continue
+                raw.append(item)
+                if text := trim(item):
+                    parts.append(text)
+                    yield ReasoningDelta(text)
+        yield Attempt("".join(parts), finished)
+        index += 1
+
+
+async def native_reasoning(ctx: PhaseContext, opened: str) -> AsyncIterator[ReasoningDelta | str]:
+    """A model that thinks natively decides itself when it is done, up to the cap. Yields the
+    deltas, then the whole reasoning text (a plain str)."""
+    parts: list[str] = []
+    trim = LeadingTrim()
+    cap = reasoning_cap(ctx)
+    if cap > 0:
+        body = ctx.body(opened, cap, stop=list(ctx.fmt.markers))
         async for item in _call(ctx, body, reasoning=True):
             if not isinstance(item, CompletionResult) and (text := trim(item)):
                 parts.append(text)
@@ -282,17 +329,35 @@ async def prompted_generation(
 async def _generate(
     ctx: PhaseContext, prompt: str, plan: AnswerPlan, decision: asyncio.Task[bool] | None
 ) -> AsyncIterator[EngineEvent]:
-    reasoning = ""
     opened = open_thinking(prompt, ctx.fmt)
-    async for item in reason(ctx, opened):
-        if isinstance(item, str):
-            reasoning = item
-        else:
-            yield item
+    if ctx.fmt.kind == "prompted":
+        tried: list[Attempt] = []
+        async for item in attempts(ctx, prompt):
+            if isinstance(item, Attempt):
+                tried.append(item)
+            else:
+                yield item
+        # The answer builds on the attempt the others agree with; one cut short only counts
+        # when there is no other, and then only its finished lines.
+        whole = [a for a in tried if a.finished] or tried[:1]
+        chosen = most_agreed([a.text for a in whole])
+        if len(tried) > 1:
+            yield ReasoningDelta(f"\n\nGoing with attempt {tried.index(whole[chosen]) + 1}.")
+        reasoning = settled(whole[chosen].text, cut=not whole[chosen].finished)
+    else:
+        reasoning = ""
+        async for step in native_reasoning(ctx, opened):
+            if isinstance(step, str):
+                reasoning = settled(step, cut=ctx.tally.reasoning >= reasoning_cap(ctx))
+            else:
+                yield step
     if ctx.context_full or ctx.tally.completion >= ctx.request.max_output_tokens:
         yield ctx.finish("length")
         return
-    full = opened + settled(reasoning, cut=ctx.tally.reasoning >= reasoning_cap(ctx)) + ctx.fmt.closer
+    if ctx.fmt.kind == "prompted":
+        full = await ctx.answer_prompt(reasoning)
+    else:
+        full = opened + reasoning + ctx.fmt.closer
     mode = plan.decide
     if decision is not None:
         wants = await decision or reasoning_writes_call(reasoning, plan.tools, plan.syntax)
@@ -306,12 +371,14 @@ async def _generate(
     # a grammar, marker text is scrubbed from the stream instead (it can only sit in a string).
     stops = grammar is None or grammar.free_text
     scrub = MarkerScrub(ctx.fmt.markers)
+    # Free text only: a grammar's JSON or call never holds the draft's framing sentences.
+    framing = PhraseScrub(ctx.fmt.scaffold if parser is None and grammar is None else ())
     async for piece in answer(ctx, full, extra, stops=stops):
         if isinstance(piece, CompletionResult):
             truncated = piece.finish_reason == "length"
-            piece = scrub.flush()
+            piece = framing.feed(scrub.flush()) + framing.flush()
         else:
-            piece = scrub.feed(piece)
+            piece = framing.feed(scrub.feed(piece))
         if not piece:
             continue
         if parser is None:

@@ -88,16 +88,14 @@ class ChatTemplate:
         *,
         tools: Sequence[ToolSpec] = (),
         history_reasoning: tuple[str, str] | None = None,
-        hint: str = "",
     ) -> str:
         """The prompt up to and including the assistant turn's opening.
 
         ``history_reasoning`` (opener, closer) wraps earlier assistant reasoning so the model
-        sees its own past thinking in the form it is asked to produce now.
+        sees its own past thinking in the form it is asked to produce now; without it, earlier
+        reasoning is left out.
         """
         wire = [self._message_dict(m, history_reasoning) for m in messages]
-        if hint:
-            self._inject_system(wire, hint)
         context: dict[str, Any] = {
             "messages": wire,
             "add_generation_prompt": True,
