@@ -1,8 +1,11 @@
 """Prompt caching end to end: the real server, the real tiny model, the official openai SDK.
 
 ``cached_tokens`` comes from llama.cpp (``timings.cache_n``: prompt tokens whose KV was reused),
-so these tests see real reuse. llama.cpp always evaluates at least the last prompt token, so a
-fully cached prompt reports ``prompt_tokens - 1`` cached and one written.
+so these tests see real reuse. llama.cpp always evaluates the last prompt token again; and a
+request whose answer phase ran leaves its slot holding the answer's prompt, where the chosen
+attempt's system turn follows the conversation in place of the assistant turn's opening (issue
+8), so a fully cached prompt reports between ``prompt_tokens - REREAD`` and
+``prompt_tokens - 1`` cached (``fully_cached``), the rest written.
 """
 
 from __future__ import annotations
@@ -29,6 +32,14 @@ def sdk(server: LiveServer, key: str | None = None) -> openai.OpenAI:
         base_url=server.base_url, api_key=key or server.key, max_retries=0, timeout=180
     )
 
+
+REREAD = 3  # tokens of "<|im_start|>assistant\n" that the next identical prompt evaluates again
+
+
+def fully_cached(usage: dict[str, int]) -> bool:
+    """All of the prompt was read from the cache but what llama.cpp evaluates again: its last
+    token, or the assistant turn's opening where the request's answer phase ran."""
+    return usage["prompt"] - REREAD <= usage["cached"] <= usage["prompt"] - 1
 
 def conversation(topic: str | None = None) -> list[dict[str, Any]]:
     """A prompt no other test sends, so no earlier request has cached it."""
@@ -101,8 +112,8 @@ def test_second_identical_request_reads_what_the_first_wrote(live_server: LiveSe
     assert first["write"] == first["prompt"] > 0
     second, _ = ask(live_server, messages)
     assert second["prompt"] == first["prompt"]
-    assert second["cached"] == second["prompt"] - 1  # all but the one token llama.cpp re-evaluates
-    assert second["write"] == 1
+    assert fully_cached(second)  # all but the assistant turn's opening
+    assert second["write"] == second["prompt"] - second["cached"]
     assert_k31_split(second)
 
 
@@ -114,9 +125,9 @@ def test_another_key_never_reads_this_keys_cache(live_server: LiveServer) -> Non
     assert other["write"] == other["prompt"]
     # Its own write does not displace the first key's entry, and it can read its own.
     again, _ = ask(live_server, messages)
-    assert again["cached"] == again["prompt"] - 1
+    assert fully_cached(again)
     other_again, _ = ask(live_server, messages, key=live_server.other_key)
-    assert other_again["cached"] == other_again["prompt"] - 1
+    assert fully_cached(other_again)
 
 
 def test_streaming_reports_the_same_accounting(live_server: LiveServer) -> None:
@@ -124,9 +135,11 @@ def test_streaming_reports_the_same_accounting(live_server: LiveServer) -> None:
     first, _ = ask(live_server, messages, stream=True)
     assert (first["cached"], first["write"]) == (0, first["prompt"])
     second, _ = ask(live_server, messages, stream=True)
-    assert (second["cached"], second["write"]) == (second["prompt"] - 1, 1)
+    assert fully_cached(second) and second["write"] == second["prompt"] - second["cached"]
     plain, _ = ask(live_server, messages)
-    assert plain == second
+    # The same counts, but for whether the previous request's answer phase ran (fully_cached).
+    assert plain["prompt"] == second["prompt"] and fully_cached(plain)
+    assert plain["write"] == plain["prompt"] - plain["cached"]
 
 
 def test_multi_turn_reuses_the_history(live_server: LiveServer) -> None:
@@ -159,7 +172,7 @@ def test_kimi_k3_rejects_cache_options_and_bills_writes_as_input(live_server: Li
     first, _ = ask(live_server, messages, model=K3)
     assert (first["cached"], first["write"]) == (0, 0)  # the write is regular input on kimi-k3
     second, _ = ask(live_server, messages, model=K3)
-    assert second["cached"] == second["prompt"] - 1
+    assert fully_cached(second)
     assert second["write"] == 0
 
 
@@ -202,7 +215,7 @@ def test_an_expired_prefix_is_written_again(fast_ttl_server: LiveServer) -> None
     five = conversation()
     ask(fast_ttl_server, five)
     hit, _ = ask(fast_ttl_server, five)  # read within milliseconds of the write's end
-    assert hit["cached"] == hit["prompt"] - 1
+    assert fully_cached(hit)
     hour = conversation()
     ask(fast_ttl_server, hour, extra_body={"prompt_cache_options": {"ttl": "1h"}})
     time.sleep(3.5)
@@ -211,14 +224,14 @@ def test_an_expired_prefix_is_written_again(fast_ttl_server: LiveServer) -> None
     assert miss["write"] == miss["prompt"]
     # The 1h entry outlives the 5m one (one request and 3.5 s later, well inside its 36 s).
     still, _ = ask(fast_ttl_server, hour)
-    assert still["cached"] == still["prompt"] - 1
+    assert fully_cached(still)
     stats = httpx.get(
         fast_ttl_server.base_url + "/cache/stats", headers=auth(fast_ttl_server.key), timeout=10
     ).json()
     assert stats["namespace"]["expirations"] >= 1
 
 
-BOUND = 400  # tokens: room for two of these small conversations (prompt ~110, output <= 64)
+BOUND = 200  # tokens: room for two of these small conversations (prompt ~60, draft turn and output <= ~70)
 
 
 PARTNER = "sk-team-partner"  # shares the test key's namespace on the bounded server
@@ -253,19 +266,19 @@ def test_entries_beyond_the_token_bound_are_evicted_lru_and_then_miss(
     oldest, _ = ask(bounded_server, prompts[0])
     assert (oldest["cached"], oldest["write"]) == (0, oldest["prompt"])
     newest, _ = ask(bounded_server, prompts[-1])
-    assert newest["cached"] == newest["prompt"] - 1
+    assert fully_cached(newest)
 
 
 def test_keys_an_operator_grouped_share_a_namespace(bounded_server: LiveServer) -> None:
     messages = conversation()
     ask(bounded_server, messages)
     partner, _ = ask(bounded_server, messages, key=PARTNER)
-    assert partner["cached"] == partner["prompt"] - 1
+    assert fully_cached(partner)
     outsider, _ = ask(bounded_server, messages, key=bounded_server.other_key)
     assert outsider["cached"] == 0
 
 
-OPENING = 3  # tokens of "<|im_start|>system\n"
+OPENING = 10  # tokens of "<|im_start|>system\nYou are a terse assistant for project "
 
 
 def responses_usage(server: LiveServer, messages: list[dict[str, Any]], **extra: Any) -> dict[str, int]:
@@ -291,12 +304,12 @@ def responses_usage(server: LiveServer, messages: list[dict[str, Any]], **extra:
 def test_responses_and_chat_share_one_cache_and_one_accounting(live_server: LiveServer) -> None:
     messages = conversation()
     chat, _ = ask(live_server, messages)
-    # New text: at most the chat template's opening (every prompt starts with a system turn)
-    # is read from what this key left in the slot; everything else is written.
+    # New text: at most the system turn's opening words (every conversation() starts with them)
+    # are read from what this key left in the slot; everything else is written.
     assert chat["cached"] <= OPENING and chat["write"] == chat["prompt"] - chat["cached"]
     # The same conversation rendered the same way: the Responses request reads what Chat wrote.
     resp = responses_usage(live_server, messages)
     assert resp["prompt"] == chat["prompt"]
-    assert (resp["cached"], resp["write"]) == (resp["prompt"] - 1, 1)
+    assert fully_cached(resp) and resp["write"] == resp["prompt"] - resp["cached"]
     fresh = responses_usage(live_server, conversation())
     assert fresh["cached"] <= OPENING and fresh["write"] == fresh["prompt"] - fresh["cached"]

@@ -188,9 +188,9 @@ class EmbeddedEngine:
         await self._checker.check(plan, request)
         # Rendering runs in a worker thread so a large (size-checked) prompt never stalls the
         # event loop that serves every other request.
-        # A model that thinks natively sees its earlier thinking again; prompted attempts are
-        # not shown back (the answer they led to is).
-        history = (self.fmt.opener, self.fmt.closer) if self.fmt.kind == "native" else None
+        # Earlier reasoning (a client's reasoning_content, a Responses reasoning item) is shown
+        # back inside the format's tags, as the model's own thinking before that answer.
+        history = (self.fmt.opener, self.fmt.closer)
         prompt = await asyncio.to_thread(
             self.template.render, request.messages, tools=request.tools, history_reasoning=history
         )
