@@ -126,3 +126,12 @@ def test_checker_names_the_tool_whose_schema_fails_and_caches_verdicts() -> None
     assert len(runner.bodies) == probes  # the verdicts were remembered
     good = request("x", tool_choice=ToolChoice("required"))
     asyncio.run(checker.check(plan_answer(good, QWEN_SYNTAX), good))
+
+
+def test_the_drafts_framing_is_scrubbed_from_text_under_the_tools_text_grammar() -> None:
+    fmt = get_reasoning_format("prompted")
+    copied = fmt.follow_up.format(draft="It is sunny.")
+    runner = FakeRunner(reply_for("none", copied))
+    events = run(runner, request("Hi!"))
+    text = "".join(e.text for e in events if isinstance(e, ContentDelta))
+    assert text == "It is sunny."

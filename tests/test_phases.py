@@ -305,3 +305,22 @@ def test_the_answer_prompt_puts_the_draft_after_the_conversation() -> None:
         "<|im_start|>system\n" + fmt.follow_up.format(draft="The draft.") + "<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
+
+
+def test_a_blank_draft_leaves_the_answer_to_the_conversation_itself() -> None:
+    class BlankAttempts(FakeLlama):
+        def handle_completions(self, body: dict[str, Any], callback: Any = None) -> None:
+            if body["prompt"].startswith("ANSWER["):
+                raise AssertionError("no draft to show")
+            if body["prompt"] == "PROMPT" and body.get("ignore_eos"):
+                self.calls.append(body)  # an attempt that says nothing
+                usage = {"prompt_tokens": 10, "completion_tokens": 3}
+                callback({"choices": [{"text": "  \n", "finish_reason": None}]})
+                callback({"choices": [{"text": "", "finish_reason": "stop"}], "usage": usage})
+                return
+            super().handle_completions(body, callback)
+
+    llama = BlankAttempts(natural_stop=2)
+    events = run(llama, request(floor=3, cap=10, max_out=100))
+    assert llama.calls[-1]["prompt"].startswith("PROMPT")  # the answer: the conversation's own turn
+    assert isinstance(events[-1], Finish) and events[-1].reason == "stop"

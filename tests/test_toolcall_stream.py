@@ -164,6 +164,10 @@ def test_a_call_written_in_the_reasoning_counts() -> None:
     assert reasoning_writes_call("<tool_call> maybe", tools, QWEN_SYNTAX)
     assert not reasoning_writes_call("I could use get_weather.", tools, QWEN_SYNTAX)
     assert not reasoning_writes_call('{"name": "get_weathers"}', tools, BARE_SYNTAX)
+    # Right after get_weather's results, writing that call out again is not a new call.
+    answered = frozenset({"get_weather"})
+    assert not reasoning_writes_call('{"name": "get_weather", "arguments": {}}', tools, BARE_SYNTAX, answered)
+    assert not reasoning_writes_call("<tool_call> maybe", tools, QWEN_SYNTAX, answered)
 
 
 def test_time_formats_become_bounded_patterns() -> None:

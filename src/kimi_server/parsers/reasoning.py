@@ -37,8 +37,13 @@ class ReasoningFormat:
 
     @property
     def stops(self) -> tuple[str, ...]:
-        """Tags that open or close a reasoning block: an answer ends at them (issue 8)."""
-        return tuple(dict.fromkeys((self.opener.strip(), self.stop_marker, *THINK_TAGS)))
+        """Tags that open or close a reasoning block, or a tool result the template wraps: an
+        answer (or an attempt) ends at them, and cannot begin with them (issue 8). A small
+        model answering right after a tool result was seen to copy the result's wrapper and
+        the result itself instead of answering."""
+        return tuple(
+            dict.fromkeys((self.opener.strip(), self.stop_marker, *THINK_TAGS, *TOOL_RESULT_TAGS))
+        )
 
     @property
     def scaffold(self) -> tuple[str, ...]:
@@ -58,6 +63,7 @@ class ReasoningFormat:
 
 
 THINK_TAGS = ("<think>", "</think>")
+TOOL_RESULT_TAGS = ("<tool_response>", "</tool_response>")
 WRAPPER_TAGS = tuple(
     tag
     for name in ("answer", "final_answer", "final", "reply", "response", "result")

@@ -114,11 +114,30 @@ async def model_wants_call(
     return text.strip() in {t.name for t in tools}
 
 
-def reasoning_writes_call(reasoning: str, tools: Sequence[ToolSpec], syntax: CallSyntax) -> bool:
+def just_answered(request: GenerationRequest) -> frozenset[str]:
+    """Tools whose calls the conversation's last turn made and whose results end it."""
+    messages = request.messages
+    end = len(messages)
+    while end and messages[end - 1].role == "tool":
+        end -= 1
+    if end == len(messages) or not end or messages[end - 1].role != "assistant":
+        return frozenset()
+    return frozenset(c.name for c in messages[end - 1].tool_calls)
+
+
+def reasoning_writes_call(
+    reasoning: str,
+    tools: Sequence[ToolSpec],
+    syntax: CallSyntax,
+    answered: frozenset[str] = frozenset(),
+) -> bool:
     """The reasoning already holds a call: the template's call marker, or a JSON object that
-    names one of the tools."""
+    names one of the tools. Right after results, the call just answered does not count: the
+    reasoning's attempts, answering the conversation, were seen to write it out again (a small
+    model repeating its search) rather than use its results."""
+    fresh = [t for t in tools if t.name not in answered]
     marker = syntax.open.strip()
-    if marker and marker in reasoning:
+    if not answered and marker and marker in reasoning:
         return True
-    names = "|".join(re.escape(t.name) for t in tools)
+    names = "|".join(re.escape(t.name) for t in fresh)
     return bool(names) and re.search(rf'"name"\s*:\s*"({names})"', reasoning) is not None

@@ -15,7 +15,11 @@ from typing import Any
 
 from kimi_server.engines.llamacpp.answer import AnswerPlan
 from kimi_server.engines.llamacpp.consensus import most_agreed
-from kimi_server.engines.llamacpp.decide import model_wants_call, reasoning_writes_call
+from kimi_server.engines.llamacpp.decide import (
+    just_answered,
+    model_wants_call,
+    reasoning_writes_call,
+)
 from kimi_server.engines.llamacpp.multimodal import prompt_field
 from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
@@ -241,7 +245,8 @@ async def attempts(ctx: PhaseContext, prompt: str) -> AsyncIterator[ReasoningDel
         trim = LeadingTrim()
         finished = False
         # The lead masks end-of-turn and tags, so each attempt costs at least one token.
-        lead = {"ignore_eos": True, "logit_bias": OPEN_TAG_BANS}
+        bans = [*OPEN_TAG_BANS, *([tag, False] for tag in ctx.fmt.stops)]
+        lead = {"ignore_eos": True, "logit_bias": bans}
         for limit, extra in ((ANSWER_LEAD, lead), (cap, {})):
             left = min(limit, cap - ctx.tally.reasoning)
             if finished or left <= 0 or ctx.context_full:
@@ -354,13 +359,20 @@ async def _generate(
     if ctx.context_full or ctx.tally.completion >= ctx.request.max_output_tokens:
         yield ctx.finish("length")
         return
+    answered = just_answered(ctx.request)
     if ctx.fmt.kind == "prompted":
-        full = await ctx.answer_prompt(reasoning)
+        # No draft worth showing (every attempt blank), or the conversation ends in tool
+        # results (a draft there was seen to copy them, or to call again, rather than use them):
+        # the answer is the model's own reply to the conversation.
+        drafted = bool(reasoning.strip()) and not answered
+        full = await ctx.answer_prompt(reasoning) if drafted else prompt
     else:
         full = opened + reasoning + ctx.fmt.closer
     mode = plan.decide
     if decision is not None:
-        wants = await decision or reasoning_writes_call(reasoning, plan.tools, plan.syntax)
+        wants = await decision or reasoning_writes_call(
+            reasoning, plan.tools, plan.syntax, answered
+        )
         mode = "calls" if wants else "text"
     grammar = plan.calls if mode == "calls" else plan.text
     extra = {"grammar": grammar.text()} if grammar is not None else {}
@@ -371,8 +383,8 @@ async def _generate(
     # a grammar, marker text is scrubbed from the stream instead (it can only sit in a string).
     stops = grammar is None or grammar.free_text
     scrub = MarkerScrub(ctx.fmt.markers)
-    # Free text only: a grammar's JSON or call never holds the draft's framing sentences.
-    framing = PhraseScrub(ctx.fmt.scaffold if parser is None and grammar is None else ())
+    # Free text only: JSON or a call never holds the draft's framing sentences.
+    framing = PhraseScrub(ctx.fmt.scaffold if parser is None and stops else ())
     async for piece in answer(ctx, full, extra, stops=stops):
         if isinstance(piece, CompletionResult):
             truncated = piece.finish_reason == "length"
