@@ -91,20 +91,19 @@ def answer_turn(
     prefix, so the answer reuses the attempts' KV and the prompt cache still holds it. A
     template that refuses a system turn there gets the draft as a user turn."""
 
-    async def render(reasoning: str) -> str:
+    def render(reasoning: str) -> str:
         note = fmt.follow_up.format(draft=reasoning)
         try:
             turns = (*request.messages, Message("system", note))
-            return await asyncio.to_thread(
-                template.render, turns, tools=request.tools, history_reasoning=history
-            )
+            return template.render(turns, tools=request.tools, history_reasoning=history)
         except InvalidRequestError:
             turns = (*request.messages, Message("user", note))
-            return await asyncio.to_thread(
-                template.render, turns, tools=request.tools, history_reasoning=history
-            )
+            return template.render(turns, tools=request.tools, history_reasoning=history)
 
-    return render
+    async def in_thread(reasoning: str) -> str:
+        return await asyncio.to_thread(render, reasoning)
+
+    return in_thread
 
 
 @dataclass
@@ -234,6 +233,8 @@ async def attempts(ctx: PhaseContext, prompt: str) -> AsyncIterator[ReasoningDel
     """
     cap = reasoning_cap(ctx)
     floor = min(ctx.request.budget.floor, cap)
+    # The lead masks end-of-turn and tags, so each attempt costs at least one token.
+    lead = {"ignore_eos": True, "logit_bias": [*OPEN_TAG_BANS, *([t, False] for t in ctx.fmt.stops)]}
     index = 0
     while not ctx.context_full and ctx.tally.reasoning < cap and (
         index == 0 or ctx.tally.reasoning < floor
@@ -244,9 +245,6 @@ async def attempts(ctx: PhaseContext, prompt: str) -> AsyncIterator[ReasoningDel
         parts: list[str] = []
         trim = LeadingTrim()
         finished = False
-        # The lead masks end-of-turn and tags, so each attempt costs at least one token.
-        bans = [*OPEN_TAG_BANS, *([tag, False] for tag in ctx.fmt.stops)]
-        lead = {"ignore_eos": True, "logit_bias": bans}
         for limit, extra in ((ANSWER_LEAD, lead), (cap, {})):
             left = min(limit, cap - ctx.tally.reasoning)
             if finished or left <= 0 or ctx.context_full:
@@ -344,11 +342,13 @@ async def _generate(
                 yield item
         # The answer builds on the attempt the others agree with; one cut short only counts
         # when there is no other, and then only its finished lines.
-        whole = [a for a in tried if a.finished] or tried[:1]
-        chosen = most_agreed([a.text for a in whole])
-        if len(tried) > 1:
-            yield ReasoningDelta(f"\n\nGoing with attempt {tried.index(whole[chosen]) + 1}.")
-        reasoning = settled(whole[chosen].text, cut=not whole[chosen].finished)
+        whole = [i for i, a in enumerate(tried) if a.finished] or list(range(len(tried[:1])))
+        reasoning = ""
+        if whole:
+            pick = whole[most_agreed([tried[i].text for i in whole])]
+            if len(tried) > 1:
+                yield ReasoningDelta(f"\n\nGoing with attempt {pick + 1}.")
+            reasoning = settled(tried[pick].text, cut=not tried[pick].finished)
     else:
         reasoning = ""
         async for step in native_reasoning(ctx, opened):
