@@ -24,6 +24,7 @@ from kimi_server.engines.types import (
     Finish,
     GenerationRequest,
     Message,
+    OutputFormat,
     ReasoningBudget,
     ReasoningDelta,
 )
@@ -88,44 +89,71 @@ def run(llama: FakeLlama, req: GenerationRequest) -> list[EngineEvent]:
     return asyncio.run(main())
 
 
-def test_attempts_until_the_floor_then_the_answer_in_its_own_prompt() -> None:
+def json_request(floor: int, cap: int, max_out: int) -> GenerationRequest:
+    return dataclasses.replace(
+        request(floor, cap, max_out), output_format=OutputFormat("json_object")
+    )
+
+
+def test_attempts_until_the_floor_then_the_chosen_one_is_the_answer() -> None:
     llama = FakeLlama(natural_stop=2)
     events = run(llama, request(floor=12, cap=50, max_out=100))
-    *reasoning_calls, lead_call, answer_call = llama.calls
     # Three attempts of 3 + 2 tokens reach the floor of 12; each starts from the conversation.
-    assert len(reasoning_calls) == 6
-    leads, rests = reasoning_calls[0::2], reasoning_calls[1::2]
+    # Free text needs nothing more: the chosen attempt is the answer.
+    assert len(llama.calls) == 6
+    leads, rests = llama.calls[0::2], llama.calls[1::2]
     assert all(c["prompt"] == "PROMPT" for c in leads)
     assert all(c["ignore_eos"] is True and c["n_predict"] == 3 for c in leads)
     assert all(["<", False] in c["logit_bias"] for c in leads)  # no attempt opens with a tag
     assert all("ignore_eos" not in c and c["prompt"] == "PROMPT" + "w0 w1 w2 " for c in rests)
-    assert all("</think>" in c["stop"] and "<answer>" in c["stop"] for c in reasoning_calls)
-    # The answer: the chosen attempt (finished lines only) in a prompt of its own.
-    assert lead_call["prompt"] == "ANSWER[w0 w1 w2 w0 w1]"
-    assert lead_call["ignore_eos"] is True and lead_call["n_predict"] == 3
-    assert ["<think>", False] in lead_call["logit_bias"]
-    assert answer_call["prompt"].endswith("]w0 w1 w2 ") and "ignore_eos" not in answer_call
+    assert all("</think>" in c["stop"] and "<answer>" in c["stop"] for c in llama.calls)
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
     assert reasoning == (
         "w0 w1 w2 w0 w1 \n\nAttempt 2:\nw0 w1 w2 w0 w1 \n\nAttempt 3:\nw0 w1 w2 w0 w1 "
         "\n\nGoing with attempt 1."
     )
+    content = [e.text for e in events if isinstance(e, ContentDelta)]
+    assert "".join(content) == "w0 w1 w2 w0 w1 " and len(content) == 5  # streamed piece by piece
     finish = events[-1]
-    assert isinstance(finish, Finish)
+    assert isinstance(finish, Finish) and finish.reason == "stop"
+    # The answer's tokens count as output on top of the reasoning that produced them.
     assert finish.usage.reasoning_tokens == 15
     assert finish.usage.completion_tokens == 20
     assert finish.usage.prompt_tokens == 10 and finish.usage.cached_tokens == 4
     assert finish.usage.cache_write_tokens == 6
-    kinds = [type(e).__name__ for e in events[:-1]]
-    assert kinds[-5:] == ["ContentDelta"] * 5 and kinds.count("ContentDelta") == 5
+
+
+def test_the_clients_stop_sequences_end_the_attempts() -> None:
+    llama = FakeLlama(natural_stop=2)
+    run(llama, dataclasses.replace(request(floor=12, cap=50, max_out=100), stop=("STOP",)))
+    assert all("STOP" in c["stop"] and "</think>" in c["stop"] for c in llama.calls)
+    # Under a grammar the attempts are drafts, not the answer: the client's stops are not theirs.
+    llama = FakeLlama(natural_stop=2)
+    req = dataclasses.replace(json_request(floor=12, cap=50, max_out=100), stop=("STOP",))
+    run(llama, req)
+    assert all("STOP" not in c["stop"] for c in llama.calls[:-1])
+
+
+def test_under_a_grammar_the_answer_has_the_chosen_attempt_as_its_draft() -> None:
+    llama = FakeLlama(natural_stop=2)
+    events = run(llama, json_request(floor=12, cap=50, max_out=100))
+    *reasoning_calls, answer_call = llama.calls
+    assert len(reasoning_calls) == 6
+    # The chosen attempt (finished lines only) in a prompt of its own, decoded under the grammar.
+    assert answer_call["prompt"] == "ANSWER[w0 w1 w2 w0 w1]" and "grammar" in answer_call
+    finish = events[-1]
+    assert isinstance(finish, Finish)
+    assert finish.usage.reasoning_tokens == 15 and finish.usage.completion_tokens == 17
 
 
 def test_seeded_attempts_each_get_their_own_seed() -> None:
     llama = FakeLlama(natural_stop=2)
     req = request(floor=12, cap=50, max_out=100)
     run(llama, dataclasses.replace(req, seed=7))
-    seeds = [c["seed"] for c in llama.calls]
-    assert seeds[:6] == [7, 7, 8, 8, 9, 9] and seeds[6:] == [7, 7]
+    assert [c["seed"] for c in llama.calls] == [7, 7, 8, 8, 9, 9]
+    llama = FakeLlama(natural_stop=2)
+    run(llama, dataclasses.replace(json_request(floor=12, cap=50, max_out=100), seed=7))
+    assert [c["seed"] for c in llama.calls] == [7, 7, 8, 8, 9, 9, 7]
 
 
 def test_reasoning_cap_and_output_cap() -> None:
@@ -135,7 +163,8 @@ def test_reasoning_cap_and_output_cap() -> None:
     assert isinstance(finish, Finish) and finish.reason == "length"
     assert finish.usage.reasoning_tokens == 6
     assert finish.usage.completion_tokens == 10
-    assert sum(isinstance(e, ContentDelta) for e in events) == 4
+    # The attempt (6 tokens) is the answer, cut to the 4 output tokens left.
+    assert [e.text for e in events if isinstance(e, ContentDelta)] == ["w0 ", "w1 ", "w2 ", "w0 "]
 
 
 def test_output_cap_inside_reasoning_skips_answer() -> None:
@@ -181,10 +210,12 @@ def test_closing_the_stream_stops_llama() -> None:
 def test_context_running_out_ends_with_length() -> None:
     llama = FakeLlama(context=7)
     events = run(llama, request(floor=20, cap=50, max_out=100))
-    assert len(llama.calls) == 2  # neither another attempt nor an answer follows
+    assert len(llama.calls) == 2  # neither another attempt nor a continuation follows
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "length"
-    assert finish.usage.completion_tokens == 10
+    # The cut attempt is the answer as far as it got.
+    assert "".join(e.text for e in events if isinstance(e, ContentDelta)).startswith("w0 w1 w2 w0")
+    assert finish.usage.reasoning_tokens == 10 and finish.usage.completion_tokens == 20
 
 
 # Issue 8: the floor is a floor, and no marker text reaches an answer.
@@ -250,21 +281,37 @@ def test_an_attempt_ends_at_a_marker_and_the_floor_takes_more_attempts() -> None
     assert [c["prompt"] for c in llama.calls if c.get("ignore_eos")][:2] == ["PROMPT"] * 2
 
 
-def test_answer_stops_at_think_tags_and_drops_wrapper_tags() -> None:
-    llama = ClosingLlama(closes_after=1, answer="<answer>A</answer> </think>B")
-    events = run(llama, request(floor=0, cap=5, max_out=100))
+def test_an_attempt_cut_by_the_cap_is_continued_to_its_end_as_the_answer() -> None:
+    llama = ClosingLlama(closes_after=8)
+    events = run(llama, dataclasses.replace(request(floor=0, cap=5, max_out=100), seed=3))
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
     content = "".join(e.text for e in events if isinstance(e, ContentDelta))
-    assert content.strip() == "A"
-    answer_call = llama.calls[-1]
-    assert {"<think>", "</think>"} <= set(answer_call["stop"])
+    assert reasoning == "r0 r1 r2 r3 r4 "
+    assert content == "r0 r1 r2 r3 r4 r5 r6 r7 "  # ends at the marker, which it never shows
+    last = llama.calls[-1]
+    assert last["prompt"] == "PROMPT" + reasoning and last["n_predict"] == 100 - 5 - 5
+    assert {"<think>", "</think>", "<answer>"} <= set(last["stop"]) and last["seed"] == 3
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.reason == "stop"
+    assert finish.usage.reasoning_tokens == 5 and finish.usage.completion_tokens == 5 + 5 + 4
 
 
-def test_answer_sees_only_finished_lines_of_reasoning_cut_by_the_cap() -> None:
+def test_a_continued_answer_cut_by_the_output_cap_ends_with_length() -> None:
+    llama = ClosingLlama(closes_after=50)
+    events = run(llama, request(floor=0, cap=5, max_out=12))
+    content = "".join(e.text for e in events if isinstance(e, ContentDelta))
+    assert content == "r0 r1 r2 r3 r4 r5 r6 "
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.reason == "length"
+    assert finish.usage.completion_tokens == 12
+
+
+def test_answer_under_a_grammar_sees_only_finished_lines_of_a_cut_attempt() -> None:
     llama = ClosingLlama(closes_after=50, line=3)
-    events = run(llama, request(floor=0, cap=5, max_out=100))
+    events = run(llama, json_request(floor=0, cap=5, max_out=100))
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
     assert reasoning == "r0 r1 r2\nr3 r4 "  # the client sees all of it
-    assert llama.calls[-2]["prompt"] == "ANSWER[r0 r1 r2]"
+    assert llama.calls[-1]["prompt"] == "ANSWER[r0 r1 r2]"
 
 
 def test_marker_text_scrubbed_under_a_grammar() -> None:

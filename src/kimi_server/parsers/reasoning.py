@@ -1,9 +1,10 @@
 """Reasoning formats: how a model's thinking is produced and told apart from its answer.
 
 - ``prompted``: for models with no thinking mode of their own. The reasoning is a series of
-  independent attempts at the reply, as many as the effort's floor asks for; the answer is
-  generated in a turn of its own after the attempt the others agree with most
-  (``engines/llamacpp/phases.py``, ``consensus.py``). The tags only keep an answer clean.
+  independent attempts at the reply, as many as the effort's floor asks for; the one the
+  others agree with most is the answer, or under a grammar the draft of an answer generated in
+  a turn of its own (``engines/llamacpp/phases.py``, ``consensus.py``). The tags only keep an
+  answer clean.
 - ``think-tags``: for models that think natively between ``<think>`` and ``</think>`` (Qwen3,
   DeepSeek-R1 style). One generation; the stream is split at the tags.
 """
@@ -21,13 +22,13 @@ class ReasoningFormat:
     kind: Literal["prompted", "native"]
     opener: str
     closer: str
-    # Given to a model with no thinking mode of its own once its attempts are made: the chosen
-    # attempt ({draft}) in a system turn after the conversation, so that the reply is a fresh
-    # answer to the user. Measured on the default model (issue 8): text after the attempt in
-    # the same turn commented on it ("This answer is designed to..."); the attempt as the
-    # assistant's turn followed by a user or system request for a final reply drew refusals
-    # ("I'm sorry, but I can't assist with that"); a draft in a system turn is copied where
-    # it is right.
+    # Given to a model with no thinking mode of its own once its attempts are made, where the
+    # answer is decoded under a grammar: the chosen attempt ({draft}) in a system turn after
+    # the conversation, so that the reply is a fresh answer to the user. Measured on the
+    # default model (issue 8): text after the attempt in the same turn commented on it ("This
+    # answer is designed to..."); the attempt as the assistant's turn followed by a user or
+    # system request for a final reply drew refusals ("I'm sorry, but I can't assist with
+    # that"); a draft in a system turn is copied where it is right.
     follow_up: str = ""
 
     @property

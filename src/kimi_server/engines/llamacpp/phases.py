@@ -216,11 +216,16 @@ def settled(reasoning: str, *, cut: bool) -> str:
 
 @dataclass
 class Attempt:
-    text: str
+    text: str  # as shown in the reasoning, leading whitespace trimmed
     finished: bool  # ended by the model, not cut by the cap or the context
+    raw: str = ""  # as generated: the prompt it continues from is ``prompt + raw``
+    pieces: tuple[str, ...] = ()  # as streamed, about one token each
+    tokens: int = 0
 
 
-async def attempts(ctx: PhaseContext, prompt: str) -> AsyncIterator[ReasoningDelta | Attempt]:
+async def attempts(
+    ctx: PhaseContext, prompt: str, stops: tuple[str, ...] = ()
+) -> AsyncIterator[ReasoningDelta | Attempt]:
     """The prompted reasoning phase: independent attempts at the reply, each sampled from the
     conversation itself, until the effort's floor is reached (never past its cap).
 
@@ -229,7 +234,8 @@ async def attempts(ctx: PhaseContext, prompt: str) -> AsyncIterator[ReasoningDel
     made the 0.5B default model wrong more often than answering directly). More attempts, by
     contrast, only add evidence: ``consensus.most_agreed`` picks the one the others agree with.
     Yields the reasoning deltas, with a label before every attempt after the first, and each
-    attempt once it ends.
+    attempt once it ends. ``stops``: more sequences that end an attempt (the client's own, when
+    an attempt may become the answer).
     """
     cap = reasoning_cap(ctx)
     floor = min(ctx.request.budget.floor, cap)
@@ -245,13 +251,13 @@ async def attempts(ctx: PhaseContext, prompt: str) -> AsyncIterator[ReasoningDel
         parts: list[str] = []
         trim = LeadingTrim()
         finished = False
+        spent = ctx.tally.reasoning
         for limit, extra in ((ANSWER_LEAD, lead), (cap, {})):
             left = min(limit, cap - ctx.tally.reasoning)
             if finished or left <= 0 or ctx.context_full:
                 break
-            body = ctx.body(
-                prompt + "".join(raw), left, stop=list(ctx.fmt.markers), attempt=index, **extra
-            )
+            stop = [*ctx.fmt.markers, *stops]
+            body = ctx.body(prompt + "".join(raw), left, stop=stop, attempt=index, **extra)
             async for item in _call(ctx, body, reasoning=True):
                 if isinstance(item, CompletionResult):
                     finished = item.finish_reason == "stop"  # end-of-turn or a marker
@@ -260,7 +266,8 @@ async def attempts(ctx: PhaseContext, prompt: str) -> AsyncIterator[ReasoningDel
                 if text := trim(item):
                     parts.append(text)
                     yield ReasoningDelta(text)
-        yield Attempt("".join(parts), finished)
+        tokens = ctx.tally.reasoning - spent
+        yield Attempt("".join(parts), finished, "".join(raw), tuple(raw), tokens)
         index += 1
 
 
@@ -312,6 +319,41 @@ async def answer(
         yield item
 
 
+async def chosen_as_answer(
+    ctx: PhaseContext, prompt: str, chosen: Attempt, index: int
+) -> AsyncIterator[EngineEvent]:
+    """The chosen attempt given as the answer (free text under no grammar), continued where the
+    cap cut it. It is the model's own reply to the conversation, and the one the other attempts
+    agree with. Rewritten in a turn of its own it was measured to lose answers (issue 8): the
+    model commented on its draft ("Sure! Here's the draft of your reply:") or changed a right
+    result. Its tokens count again as output, so that ``completion_tokens - reasoning_tokens``
+    is the answer's length, as a client counts it."""
+    room = ctx.request.max_output_tokens - ctx.tally.completion
+    count = min(chosen.tokens, max(room, 0))
+    # A stream piece is about one token; only a cap below the attempt's length cuts it.
+    pieces = chosen.pieces if count == chosen.tokens else chosen.pieces[:count]
+    ctx.tally.completion += count
+    scrub = MarkerScrub(ctx.fmt.markers)
+    trim = LeadingTrim()
+    for piece in pieces:
+        if text := trim(scrub.feed(piece)):
+            yield ContentDelta(text)
+    cut = count < chosen.tokens
+    if not chosen.finished and not cut and (ctx.context_full or count == room):
+        cut = True  # no room left to finish it
+    elif not chosen.finished and not cut:
+        stop = [*ctx.fmt.markers, *ctx.request.stop]
+        body = ctx.body(prompt + chosen.raw, room - count, stop=stop, attempt=index)
+        async for item in _call(ctx, body, reasoning=False):
+            if isinstance(item, CompletionResult):
+                cut = item.finish_reason == "length"
+            elif text := trim(scrub.feed(item)):
+                yield ContentDelta(text)
+    if text := trim(scrub.flush()):
+        yield ContentDelta(text)
+    yield ctx.finish("length" if cut else "stop")
+
+
 async def prompted_generation(
     ctx: PhaseContext, prompt: str, plan: AnswerPlan
 ) -> AsyncIterator[EngineEvent]:
@@ -334,20 +376,27 @@ async def _generate(
 ) -> AsyncIterator[EngineEvent]:
     opened = open_thinking(prompt, ctx.fmt)
     if ctx.fmt.kind == "prompted":
+        # Free text under no grammar: the chosen attempt is itself the answer, so the attempts
+        # end where the answer would, at the client's stop sequences too.
+        as_answer = plan.decide == "text" and plan.text is None
         tried: list[Attempt] = []
-        async for item in attempts(ctx, prompt):
+        async for item in attempts(ctx, prompt, tuple(ctx.request.stop) if as_answer else ()):
             if isinstance(item, Attempt):
                 tried.append(item)
             else:
                 yield item
-        # The answer builds on the attempt the others agree with; one cut short only counts
-        # when there is no other, and then only its finished lines.
+        # The one the others agree with; one cut short only counts when there is no other.
         whole = [i for i, a in enumerate(tried) if a.finished] or list(range(len(tried[:1])))
         reasoning = ""
         if whole:
             pick = whole[most_agreed([tried[i].text for i in whole])]
             if len(tried) > 1:
                 yield ReasoningDelta(f"\n\nGoing with attempt {pick + 1}.")
+            if as_answer and tried[pick].text.strip():
+                async for event in chosen_as_answer(ctx, prompt, tried[pick], pick):
+                    yield event
+                return
+            # Otherwise the answer builds on it as a draft, from its finished lines only.
             reasoning = settled(tried[pick].text, cut=not tried[pick].finished)
     else:
         reasoning = ""
