@@ -27,7 +27,9 @@ WEATHER = {
 }
 SCHEMA = {
     "type": "object",
-    "properties": {"n": {"type": "integer"}},
+    # Bounded, so the number's digits fit the small output caps below (unbounded, the tiny
+    # model was seen to write 13 digits and be cut off).
+    "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9999}},
     "required": ["n"],
     "additionalProperties": False,
 }
