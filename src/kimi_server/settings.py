@@ -94,6 +94,8 @@ class UpstreamConfig(BaseModel):
     weight: int = Field(default=1, ge=1, le=1000)
     max_output_tokens: int | None = Field(default=None, ge=1)  # the upstream's own cap
     context_length: int | None = Field(default=None, ge=1)  # its window, shown by /v1/models
+    # Requests it serves at once; more wait in kimi-server's fair queue (issue 12).
+    max_concurrency: int = Field(default=64, ge=1, le=100_000)
     connect_timeout: float = Field(default=5.0, gt=0)
     read_timeout: float = Field(default=60.0, gt=0)  # longest silence, before or within a stream
     total_timeout: float = Field(default=1800.0, gt=0)

@@ -38,10 +38,11 @@ def config(url: str, **fields: Any) -> UpstreamConfig:
 
 
 @contextmanager
-def front(tmp: Path, *configs: UpstreamConfig) -> Iterator[Front]:
+def front(tmp: Path, *configs: UpstreamConfig, **settings: Any) -> Iterator[Front]:
     engine = UpstreamEngine([Upstream(c) for c in configs])
     engines = EngineSet({spec.id: engine for spec in CATALOGUE})
-    app = create_app(Settings(api_keys=[TEST_KEY], data_dir=tmp / "data"), engines, KeyRing([TEST_KEY]))
+    base = Settings(api_keys=[TEST_KEY], data_dir=tmp / "data", **settings)
+    app = create_app(base, engines, KeyRing([TEST_KEY]))
     auth = {"Authorization": f"Bearer {TEST_KEY}"}
     with TestClient(app, headers=auth, raise_server_exceptions=False) as http:
         sdk = openai.OpenAI(base_url="http://testserver/v1", api_key=TEST_KEY, http_client=http, max_retries=0)

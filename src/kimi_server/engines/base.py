@@ -26,6 +26,11 @@ class Engine(Protocol):
         (an upstream whose window is not configured)."""
         ...
 
+    def concurrency(self) -> int | None:
+        """Requests it serves at once: the slots of its admission queue, beyond which requests
+        wait their turn (issue 12); None: the server's ``parallel``."""
+        ...
+
     def tenant_stats(self, key_id: str) -> dict[str, int]:
         """One API key's own ``active_calls`` and ``cancelled_calls`` (what that tenant may see)."""
         ...

@@ -53,6 +53,9 @@ class ScriptedEngine:
     def context_length(self) -> int:
         return self.window
 
+    def concurrency(self) -> None:
+        return None
+
     def tenant_stats(self, key_id: str) -> dict[str, int]:
         return {"active_calls": 0, "cancelled_calls": 0}  # scripted runs count no tenants
 

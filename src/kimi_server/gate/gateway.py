@@ -305,6 +305,9 @@ class MeteredEngine:
     def context_length(self) -> int | None:
         return self.inner.context_length()
 
+    def concurrency(self) -> int | None:
+        return self.inner.concurrency()
+
     def tenant_stats(self, key_id: str) -> dict[str, int]:
         return self.inner.tenant_stats(key_id)
 

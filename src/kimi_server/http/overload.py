@@ -68,14 +68,16 @@ class AdmissionSet:
     """One admission queue per engine (engines shared by several model ids share one)."""
 
     def __init__(self, engines: Iterable[Engine], settings: Settings) -> None:
-        limits = AdmissionLimits(
-            slots=settings.parallel,
-            max_queue=settings.queue_max,
-            max_queue_per_key=settings.queue_max_per_key,
-            max_wait=settings.queue_max_wait,
-        )
+        def limits(engine: Engine) -> AdmissionLimits:
+            return AdmissionLimits(
+                slots=engine.concurrency() or settings.parallel,
+                max_queue=settings.queue_max,
+                max_queue_per_key=settings.queue_max_per_key,
+                max_wait=settings.queue_max_wait,
+            )
+
         engines = list(engines)
-        self._by_engine = {id(e): (e, Admission(limits)) for e in engines}
+        self._by_engine = {id(e): (e, Admission(limits(e))) for e in engines}
         self._prompt_limits = {
             id(e): PromptLimits.from_settings(settings, e.context_length() or HOSTED_WINDOW) for e in engines
         }

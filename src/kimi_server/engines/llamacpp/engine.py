@@ -113,6 +113,9 @@ class EmbeddedEngine:
         # One unified KV cache: a single request may use all of it (issue 8).
         return self.config.n_ctx
 
+    def concurrency(self) -> int:
+        return self.config.n_parallel
+
     def stats(self) -> dict[str, int]:
         """Server-wide totals, for operators (never shown to a tenant)."""
         runner = self._runner

@@ -59,6 +59,11 @@ class UpstreamEngine:
         known = [up.cfg.context_length for up in self.upstreams if up.cfg.context_length is not None]
         return min(known) if known else None
 
+    def concurrency(self) -> int:
+        # Each upstream serves its own share; a GPU cluster takes far more than the embedded
+        # engine's slots, and holding it to those would queue requests it could serve.
+        return sum(up.cfg.max_concurrency for up in self.upstreams)
+
     def tenant_stats(self, key_id: str) -> dict[str, int]:
         return {"active_calls": self.active_by[key_id], "cancelled_calls": self.cancelled_by[key_id]}
 
