@@ -12,6 +12,13 @@ server's default temperature), so one pass over 50 questions moves by several an
 to run; ``--rounds`` asks every question that many times in each variant. It prints each score
 and the ratio of the with-reasoning score to the direct one (1.0 = as good as answering directly).
 
+The variants are paired: the n-th ask of a question carries the same ``seed`` in every variant
+(common random numbers). The reasoning's first attempt is the model's direct reply with that
+seed, so the scores differ only where the later attempts and the choice among them changed the
+answer, and the ratio no longer moves with which samples a run happened to draw. Each score is
+still that of sampled answers: a seed picks one sample, as an unseeded request would.
+``--unpaired`` sends no seeds.
+
     python -m benchmarks.answer_quality [--model qwen2.5-coder-0.5b] [--rounds 2] [--parallel 4]
 """
 
@@ -119,7 +126,7 @@ async def _bounded(jobs: list[Callable[[], Awaitable[str]]], parallel: int) -> l
 
 
 def direct_answers(
-    model_path: Path, questions: list[Question], parallel: int, threads: int
+    model_path: Path, questions: list[Question], seeds: list[int | None], parallel: int, threads: int
 ) -> list[str]:
     """The baseline: the same GGUF through llama.cpp alone (xllamacpp), its own chat template
     applied by llama.cpp, the same sampling settings as the server's defaults, no reasoning."""
@@ -140,33 +147,43 @@ def direct_answers(
     params.verbosity = -1
     server = xllamacpp.Server(params)
 
-    def ask(q: Question) -> Callable[[], Awaitable[str]]:
+    def ask(q: Question, seed: int | None) -> Callable[[], Awaitable[str]]:
         async def go() -> str:
-            body = {
+            body: dict[str, Any] = {
                 "messages": [{"role": "user", "content": q.question}],
                 "max_tokens": 512,
                 "temperature": defaults.temperature,
                 "top_p": defaults.top_p,
             }
+            if seed is not None:
+                body["seed"] = seed
             out: Any = await asyncio.to_thread(server.handle_chat_completions, body)
             return str(out["choices"][0]["message"].get("content") or "")
 
         return go
 
-    return asyncio.run(_bounded([ask(q) for q in questions], parallel))
+    jobs = [ask(q, seed) for q, seed in zip(questions, seeds, strict=True)]
+    return asyncio.run(_bounded(jobs, parallel))
 
 
 def server_answers(
-    base_url: str, key: str, questions: list[Question], effort: str | None, parallel: int
+    base_url: str,
+    key: str,
+    questions: list[Question],
+    seeds: list[int | None],
+    effort: str | None,
+    parallel: int,
 ) -> list[str]:
     from openai import AsyncOpenAI
 
     async def main() -> list[str]:
         client = AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=1800)
 
-        def job(q: Question) -> Callable[[], Awaitable[str]]:
+        def job(q: Question, seed: int | None) -> Callable[[], Awaitable[str]]:
             async def go() -> str:
                 extra: dict[str, Any] = {"reasoning_effort": effort} if effort else {}
+                if seed is not None:
+                    extra["seed"] = seed
                 resp = await client.chat.completions.create(
                     model="kimi-k3.1-pro",
                     messages=[{"role": "user", "content": q.question}],
@@ -177,7 +194,8 @@ def server_answers(
             return go
 
         try:
-            return await _bounded([job(q) for q in questions], parallel)
+            jobs = [job(q, seed) for q, seed in zip(questions, seeds, strict=True)]
+            return await _bounded(jobs, parallel)
         finally:
             await client.close()
 
@@ -196,11 +214,16 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=4, help="requests in flight at once")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: one per core)")
     parser.add_argument("--show-wrong", action="store_true", help="print each wrong reply")
+    parser.add_argument("--seed", type=int, default=1, help="first seed of the paired asks")
+    parser.add_argument("--unpaired", action="store_true", help="send no seeds")
     args = parser.parse_args()
     questions = load_questions()
     if args.limit:
         questions = questions[: args.limit]
     questions = questions * max(1, args.rounds)
+    seeds: list[int | None] = [
+        None if args.unpaired else args.seed + i for i in range(len(questions))
+    ]
     path = resolve_model(args.model, ModelStore(default_models_dir()), auto_pull=True)
 
     scores: dict[str, int] = {}
@@ -215,7 +238,7 @@ def main() -> None:
                 print(f"  [{label}] {q.question} -> {reply[:160]!r}")
         return right
 
-    replies = direct_answers(path, questions, args.parallel, args.threads)
+    replies = direct_answers(path, questions, seeds, args.parallel, args.threads)
     scores["direct"] = score("direct", replies)
     print(f"direct (llama.cpp, no reasoning): {scores['direct']}/{len(questions)}", flush=True)
     slots = str(args.parallel)
@@ -223,7 +246,7 @@ def main() -> None:
     with running_server(args.model, *server_args) as url:
         for label, effort in (("low", "low"), ("default (max)", None)):
             t0 = time.monotonic()
-            replies = server_answers(url, KEY, questions, effort, args.parallel)
+            replies = server_answers(url, KEY, questions, seeds, effort, args.parallel)
             scores[label] = score(label, replies)
             took = time.monotonic() - t0
             print(f"kimi-server, effort {label}: {scores[label]}/{len(questions)} ({took:.0f} s)", flush=True)

@@ -98,27 +98,30 @@ def json_request(floor: int, cap: int, max_out: int) -> GenerationRequest:
 def test_attempts_until_the_floor_then_the_chosen_one_is_the_answer() -> None:
     llama = FakeLlama(natural_stop=2)
     events = run(llama, request(floor=12, cap=50, max_out=100))
-    # Three attempts of 3 + 2 tokens reach the floor of 12; each starts from the conversation.
-    # Free text needs nothing more: the chosen attempt is the answer.
-    assert len(llama.calls) == 6
-    leads, rests = llama.calls[0::2], llama.calls[1::2]
+    # The first attempt is one plain call (2 tokens); the next two start with a 3-token lead
+    # (3 + 2 each), which reaches the floor of 12. Each starts from the conversation. Free text
+    # needs nothing more: the chosen attempt is the answer.
+    assert len(llama.calls) == 5
+    first, leads, rests = llama.calls[0], llama.calls[1::2], llama.calls[2::2]
+    assert first["prompt"] == "PROMPT" and first["n_predict"] == 50
+    assert "ignore_eos" not in first and "logit_bias" not in first
     assert all(c["prompt"] == "PROMPT" for c in leads)
     assert all(c["ignore_eos"] is True and c["n_predict"] == 3 for c in leads)
-    assert all(["<", False] in c["logit_bias"] for c in leads)  # no attempt opens with a tag
+    assert all(["<", False] in c["logit_bias"] for c in leads)  # no later attempt opens with a tag
     assert all("ignore_eos" not in c and c["prompt"] == "PROMPT" + "w0 w1 w2 " for c in rests)
     assert all("</think>" in c["stop"] and "<answer>" in c["stop"] for c in llama.calls)
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
     assert reasoning == (
-        "w0 w1 w2 w0 w1 \n\nAttempt 2:\nw0 w1 w2 w0 w1 \n\nAttempt 3:\nw0 w1 w2 w0 w1 "
-        "\n\nGoing with attempt 1."
+        "w0 w1 \n\nAttempt 2:\nw0 w1 w2 w0 w1 \n\nAttempt 3:\nw0 w1 w2 w0 w1 "
+        "\n\nGoing with attempt 2."
     )
     content = [e.text for e in events if isinstance(e, ContentDelta)]
     assert "".join(content) == "w0 w1 w2 w0 w1 " and len(content) == 5  # streamed piece by piece
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "stop"
     # The answer's tokens count as output on top of the reasoning that produced them.
-    assert finish.usage.reasoning_tokens == 15
-    assert finish.usage.completion_tokens == 20
+    assert finish.usage.reasoning_tokens == 12
+    assert finish.usage.completion_tokens == 17
     assert finish.usage.prompt_tokens == 10 and finish.usage.cached_tokens == 4
     assert finish.usage.cache_write_tokens == 6
 
@@ -138,22 +141,23 @@ def test_under_a_grammar_the_answer_has_the_chosen_attempt_as_its_draft() -> Non
     llama = FakeLlama(natural_stop=2)
     events = run(llama, json_request(floor=12, cap=50, max_out=100))
     *reasoning_calls, answer_call = llama.calls
-    assert len(reasoning_calls) == 6
+    assert len(reasoning_calls) == 5
     # The chosen attempt (finished lines only) in a prompt of its own, decoded under the grammar.
     assert answer_call["prompt"] == "ANSWER[w0 w1 w2 w0 w1]" and "grammar" in answer_call
     finish = events[-1]
     assert isinstance(finish, Finish)
-    assert finish.usage.reasoning_tokens == 15 and finish.usage.completion_tokens == 17
+    assert finish.usage.reasoning_tokens == 12 and finish.usage.completion_tokens == 14
 
 
 def test_seeded_attempts_each_get_their_own_seed() -> None:
     llama = FakeLlama(natural_stop=2)
     req = request(floor=12, cap=50, max_out=100)
     run(llama, dataclasses.replace(req, seed=7))
-    assert [c["seed"] for c in llama.calls] == [7, 7, 8, 8, 9, 9]
+    # The first attempt gets the request's own seed: it is what a direct call with it gives.
+    assert [c["seed"] for c in llama.calls] == [7, 8, 8, 9, 9]
     llama = FakeLlama(natural_stop=2)
     run(llama, dataclasses.replace(json_request(floor=12, cap=50, max_out=100), seed=7))
-    assert [c["seed"] for c in llama.calls] == [7, 7, 8, 8, 9, 9, 7]
+    assert [c["seed"] for c in llama.calls] == [7, 8, 8, 9, 9, 7]
 
 
 def test_reasoning_cap_and_output_cap() -> None:
@@ -164,7 +168,7 @@ def test_reasoning_cap_and_output_cap() -> None:
     assert finish.usage.reasoning_tokens == 6
     assert finish.usage.completion_tokens == 10
     # The attempt (6 tokens) is the answer, cut to the 4 output tokens left.
-    assert [e.text for e in events if isinstance(e, ContentDelta)] == ["w0 ", "w1 ", "w2 ", "w0 "]
+    assert [e.text for e in events if isinstance(e, ContentDelta)] == ["w0 ", "w1 ", "w2 ", "w3 "]
 
 
 def test_output_cap_inside_reasoning_skips_answer() -> None:
@@ -174,7 +178,7 @@ def test_output_cap_inside_reasoning_skips_answer() -> None:
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "length"
     assert finish.usage.completion_tokens == 4
-    assert len(llama.calls) == 2
+    assert len(llama.calls) == 1
 
 
 def test_k3_reports_no_cache_writes() -> None:
@@ -210,12 +214,12 @@ def test_closing_the_stream_stops_llama() -> None:
 def test_context_running_out_ends_with_length() -> None:
     llama = FakeLlama(context=7)
     events = run(llama, request(floor=20, cap=50, max_out=100))
-    assert len(llama.calls) == 2  # neither another attempt nor a continuation follows
+    assert len(llama.calls) == 1  # neither another attempt nor a continuation follows
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "length"
     # The cut attempt is the answer as far as it got.
-    assert "".join(e.text for e in events if isinstance(e, ContentDelta)).startswith("w0 w1 w2 w0")
-    assert finish.usage.reasoning_tokens == 10 and finish.usage.completion_tokens == 20
+    assert "".join(e.text for e in events if isinstance(e, ContentDelta)) == "w0 w1 w2 w3 w4 w5 w6 "
+    assert finish.usage.reasoning_tokens == 7 and finish.usage.completion_tokens == 14
 
 
 # Issue 8: the floor is a floor, and no marker text reaches an answer.

@@ -43,7 +43,7 @@ class EffortBudget(BaseModel):
 # reasons longer; sized so a default (max) request answers in seconds on two CPU cores with the
 # default model (docs/configuration.md has the measured time).
 DEFAULT_BUDGETS = {
-    "low": EffortBudget(floor=32, cap=96),
+    "low": EffortBudget(floor=64, cap=96),
     "high": EffortBudget(floor=96, cap=128),
     "max": EffortBudget(floor=128, cap=256),
 }

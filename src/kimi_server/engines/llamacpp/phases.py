@@ -195,8 +195,8 @@ def open_thinking(prompt: str, fmt: ReasoningFormat) -> str:
     return prompt + fmt.opener
 
 
-# Answer tokens during which end-of-turn and think tags are masked, so no answer is empty; an
-# attempt starts the same way, so each one says something and the attempt loop always advances.
+# Answer tokens during which end-of-turn and think tags are masked, so no answer is empty; every
+# attempt after the first starts the same way, so each says something and the loop advances.
 ANSWER_LEAD = 3
 OPEN_TAG_BANS: list[list[Any]] = [[f"{lead}<", False] for lead in ("", " ", "\n")]
 
@@ -239,7 +239,7 @@ async def attempts(
     """
     cap = reasoning_cap(ctx)
     floor = min(ctx.request.budget.floor, cap)
-    # The lead masks end-of-turn and tags, so each attempt costs at least one token.
+    # The lead masks end-of-turn and tags, so each later attempt costs at least one token.
     lead = {"ignore_eos": True, "logit_bias": [*OPEN_TAG_BANS, *([t, False] for t in ctx.fmt.stops)]}
     index = 0
     while not ctx.context_full and ctx.tally.reasoning < cap and (
@@ -252,7 +252,10 @@ async def attempts(
         trim = LeadingTrim()
         finished = False
         spent = ctx.tally.reasoning
-        for limit, extra in ((ANSWER_LEAD, lead), (cap, {})):
+        # The first attempt is one plain call: exactly the model's direct reply (with a seed,
+        # the one a direct call with that seed gives), so the reasoning can only add to it.
+        stages = ((cap, {}),) if index == 0 else ((ANSWER_LEAD, lead), (cap, {}))
+        for limit, extra in stages:
             left = min(limit, cap - ctx.tally.reasoning)
             if finished or left <= 0 or ctx.context_full:
                 break
