@@ -218,9 +218,13 @@ def settled(reasoning: str, *, cut: bool) -> str:
 class Attempt:
     text: str  # as shown in the reasoning, leading whitespace trimmed
     finished: bool  # ended by the model, not cut by the cap or the context
-    raw: str = ""  # as generated: the prompt it continues from is ``prompt + raw``
-    pieces: tuple[str, ...] = ()  # as streamed, about one token each
+    pieces: tuple[str, ...] = ()  # as generated and streamed, about one token each
     tokens: int = 0
+
+    @property
+    def raw(self) -> str:
+        """As generated: the prompt it continues from is ``prompt + raw``."""
+        return "".join(self.pieces)
 
 
 async def attempts(
@@ -241,6 +245,7 @@ async def attempts(
     floor = min(ctx.request.budget.floor, cap)
     # The lead masks end-of-turn and tags, so each later attempt costs at least one token.
     lead = {"ignore_eos": True, "logit_bias": [*OPEN_TAG_BANS, *([t, False] for t in ctx.fmt.stops)]}
+    stop = [*ctx.fmt.markers, *stops]
     index = 0
     while not ctx.context_full and ctx.tally.reasoning < cap and (
         index == 0 or ctx.tally.reasoning < floor
@@ -259,7 +264,6 @@ async def attempts(
             left = min(limit, cap - ctx.tally.reasoning)
             if finished or left <= 0 or ctx.context_full:
                 break
-            stop = [*ctx.fmt.markers, *stops]
             body = ctx.body(prompt + "".join(raw), left, stop=stop, attempt=index, **extra)
             async for item in _call(ctx, body, reasoning=True):
                 if isinstance(item, CompletionResult):
@@ -270,7 +274,7 @@ async def attempts(
                     parts.append(text)
                     yield ReasoningDelta(text)
         tokens = ctx.tally.reasoning - spent
-        yield Attempt("".join(parts), finished, "".join(raw), tuple(raw), tokens)
+        yield Attempt("".join(parts), finished, tuple(raw), tokens)
         index += 1
 
 
@@ -333,18 +337,18 @@ async def chosen_as_answer(
     is the answer's length, as a client counts it."""
     room = ctx.request.max_output_tokens - ctx.tally.completion
     count = min(chosen.tokens, max(room, 0))
-    # A stream piece is about one token; only a cap below the attempt's length cuts it.
-    pieces = chosen.pieces if count == chosen.tokens else chosen.pieces[:count]
     ctx.tally.completion += count
     scrub = MarkerScrub(ctx.fmt.markers)
     trim = LeadingTrim()
-    for piece in pieces:
+    # A stream piece is about one token; only a cap below the attempt's length cuts it.
+    for piece in chosen.pieces[:count]:
         if text := trim(scrub.feed(piece)):
             yield ContentDelta(text)
     cut = count < chosen.tokens
-    if not chosen.finished and not cut and (ctx.context_full or count == room):
+    unfinished = not chosen.finished and not cut  # the reasoning cap stopped it
+    if unfinished and (ctx.context_full or count == room):
         cut = True  # no room left to finish it
-    elif not chosen.finished and not cut:
+    elif unfinished:
         stop = [*ctx.fmt.markers, *ctx.request.stop]
         body = ctx.body(prompt + chosen.raw, room - count, stop=stop, attempt=index)
         async for item in _call(ctx, body, reasoning=False):
@@ -389,7 +393,7 @@ async def _generate(
             else:
                 yield item
         # The one the others agree with; one cut short only counts when there is no other.
-        whole = [i for i, a in enumerate(tried) if a.finished] or list(range(len(tried[:1])))
+        whole = [i for i, a in enumerate(tried) if a.finished] or ([0] if tried else [])
         reasoning = ""
         if whole:
             pick = whole[most_agreed([tried[i].text for i in whole])]
