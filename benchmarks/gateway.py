@@ -82,7 +82,7 @@ def run_mode(name: str, env: dict[str, str], requests: int, concurrency: int) ->
         if env.get("KIMI_GATEWAY_ENABLED") != "false":
             done = subprocess.run(
                 [sys.executable, "-m", "kimi_server.cli", "keys", "create", "--name", "bench", "--rpm", "10000000",
-                 "--tpm", "1000000000", "--budget", "1000000"],
+                 "--tpm", "1000000000", "--budget", "1000000", "--allow-unpriced-budget"],
                 env={**os.environ, **env}, capture_output=True, text=True, check=True,
             )
             key = done.stdout.strip().splitlines()[-1]

@@ -30,6 +30,13 @@ TEST_MODEL = "smollm2-135m"
 TEST_BUDGETS = '{"low": {"floor": 8, "cap": 24}, "high": {"floor": 32, "cap": 64}, "max": {"floor": 72, "cap": 128}}'
 
 
+@pytest.fixture(autouse=True)
+def _config_file_not_inherited(monkeypatch: pytest.MonkeyPatch) -> None:
+    # load_settings(--config) records the file in KIMI_CONFIG for the rest of the process, as the
+    # CLI needs; a test that calls it must not hand its file to the tests after it.
+    monkeypatch.delenv("KIMI_CONFIG", raising=False)
+
+
 @pytest.fixture
 def engine() -> ScriptedEngine:
     return ScriptedEngine()

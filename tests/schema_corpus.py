@@ -189,3 +189,59 @@ def run_corpus(
         if why:
             failures.append(f"schema #{outcome.index}: {why}")
     return failures
+
+
+# Hostile input, for the fuzz tests: schemas a client may send to stall the grammar or the
+# answer, and prompt texts that break naive line or character handling.
+CATASTROPHIC_PATTERNS = (
+    "^(a+)+$", "^(a|a)*$", "^(a*)*b$", "^((a+)+)+$", "^(\\w+\\s?)*$", "^(.*){50}$", "^(a?){30}a{30}$",
+    "^[ab]*a[ab]{30}$", "(.*a){25}", "^(a{1000}){1000}$", "^\\p{L}{1000,4096}$", "^[\\s\\S]{4096}$",
+    "^([a-zA-Z0-9])(([\\-.]|[_]+)?([a-zA-Z0-9]+))*(@){1}[a-z0-9]+[.]{1}(([a-z]{2,3})|([a-z]{2,3}[.]{1}[a-z]{2,3}))$",
+)
+
+
+def _holding(value: Schema, **extra: Any) -> Schema:
+    return {"type": "object", "properties": {"v": value}, "required": ["v"], "additionalProperties": False, **extra}
+
+
+REF_LOOPS: tuple[Schema, ...] = (
+    # Recursion the answer can end (optional, or an empty array) and recursion it cannot.
+    {"type": "object", "properties": {"a": {"$ref": "#"}}, "additionalProperties": False},
+    {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"], "additionalProperties": False},
+    {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}, "required": ["kids"]},
+    {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}, "minItems": 1}},
+     "required": ["kids"], "additionalProperties": False},
+    {"type": "object", "additionalProperties": {"$ref": "#"}},
+    _holding({"$ref": "#/$defs/n"}, **{"$defs": {"n": {"anyOf": [
+        {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}}, "required": ["n"],
+         "additionalProperties": False}, {"type": "null"}]}}}),
+    # References that only lead to each other and never to a value.
+    _holding({"$ref": "#/$defs/a"}, **{"$defs": {"a": {"$ref": "#/$defs/a"}}}),
+    _holding({"$ref": "#/$defs/a"}, **{"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/c"},
+                                                 "c": {"$ref": "#/$defs/a"}}}),
+    _holding({"$ref": "#/$defs/a"}, **{"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}}),
+    _holding({"$ref": "#/$defs/a"}, **{"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}, {"$ref": "#/$defs/a"}]},
+                                                 "b": {"oneOf": [{"$ref": "#/$defs/a"}]}}}),
+)
+
+
+def hostile_schemas() -> list[Schema]:
+    """Every ``$ref`` loop above, and an object holding each catastrophic pattern."""
+    patterns = [_holding({"type": "string", "pattern": p}) for p in CATASTROPHIC_PATTERNS]
+    return [*REF_LOOPS, *patterns]
+
+
+EDGE_TEXTS = (
+    "line one\nline two\nline three",
+    "windows\r\nline\r\nendings\r\n",
+    "a lone\rcarriage return\r",
+    "a\nb\nc\n" * 40,  # one token a character: many more tokens than characters / 4
+    "\n\n\n",
+    "e\u0301\u0301\u0301\u0301\u0301 combining marks" + "\u0301" * 50,
+    "\u05e9\u05dc\u05d5\u05dd \u202eRTL override\u202c and \u0627\u0644\u0633\u0644\u0627\u0645",
+    "zero\u200bwidth\u200c\u200d\ufeffjoiners\u2060",
+    "astral \U0001f600\U0001f468\u200d\U0001f469\u200d\U0001f467 \U0001d54f\U00010348",
+    "controls \x01\x02\x07\x08\x0b\x0c\x1b[31m\x7f\x85 around",
+    "\x00NUL first",  # NUL itself: JSON carries it as \u0000
+    "\ud800 lone surrogate",  # travels as the \ud800 escape: a 400, never a crash
+)

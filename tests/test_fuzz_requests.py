@@ -1,8 +1,12 @@
-"""Fuzzing both generating endpoints (scripted engine): whatever a client sends, the answer is
-never a 5xx and never an internal error inside a stream.
+"""Fuzzing both generating endpoints (scripted engine, over a real socket): whatever a client
+sends, the answer comes within a time bound, is never a 5xx and never an internal error inside a
+stream.
 
 Requests are built from the shapes of the real ones, with any field replaced, at random, by an
-arbitrary JSON value (lone surrogates, deep lists, huge numbers included).
+arbitrary JSON value (lone surrogates, deep lists, huge numbers included); schemas are now and
+then hostile (``$ref`` loops, catastrophic patterns) and texts multi-line, CR/LF or Unicode edge
+cases (``tests/schema_corpus.py``). ``tests/test_fuzz_real_model.py`` sends the hostile ones to
+the real model.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,12 +27,18 @@ from kimi_server.http.app import create_app
 from kimi_server.policy.catalogue import CATALOGUE
 from kimi_server.serving.common import EngineSet
 from kimi_server.settings import Settings
+from tests.gateway_util import serve
+from tests.schema_corpus import EDGE_TEXTS, hostile_schemas
 
 KEY = "sk-fuzz"
 EXAMPLES = 200  # per endpoint
+TIME_BOUND_S = 10.0  # per request: the scripted engine answers in milliseconds
+HOSTILE = hostile_schemas()
 
-# Any code point, lone surrogates included (json.dumps writes them as \udXXX escapes).
-text = st.text(st.characters(codec=None, categories=None), max_size=12)
+# Any code point, lone surrogates included (json.dumps writes them as \udXXX escapes); now and
+# then a multi-line, CR/LF or Unicode edge case.
+any_text = st.text(st.characters(codec=None, categories=None), max_size=12)
+text = st.integers(0, 5).flatmap(lambda n: st.sampled_from(EDGE_TEXTS) if n == 0 else any_text)
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | text
 anything = st.recursive(
     scalars,
@@ -73,7 +83,7 @@ def mutated(draw: st.DrawFn, bodies: st.SearchStrategy[Any]) -> Any:
 models = sometimes(st.sampled_from([s.id for s in CATALOGUE] + ["no-such-model"]))
 efforts = sometimes(st.sampled_from(["low", "medium", "high", "max", "none", "minimal", "xhigh", "bogus"]))
 counts = sometimes(st.integers(min_value=-2, max_value=5000))
-schema = sometimes(
+plain_schema = sometimes(
     st.fixed_dictionaries(
         {"type": st.just("object")},
         optional={
@@ -91,6 +101,8 @@ schema = sometimes(
         },
     )
 )
+# Now and then a $ref loop or a catastrophic pattern.
+schema = st.integers(0, 3).flatmap(lambda n: st.sampled_from(HOSTILE) if n == 0 else plain_schema)
 function_tool = st.fixed_dictionaries(
     {"type": sometimes(st.just("function")), "function": sometimes(
         st.fixed_dictionaries({"name": sometimes(st.sampled_from(["f", "get_x", "bad name"]))},
@@ -163,23 +175,29 @@ responses_body = st.fixed_dictionaries(
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     engine = ScriptedEngine()
     data: Path = tmp_path_factory.mktemp("fuzz")
     app = create_app(
         Settings(api_keys=[KEY], data_dir=data), EngineSet({s.id: engine for s in CATALOGUE}), KeyRing([KEY])
     )
-    with TestClient(app, headers={"Authorization": f"Bearer {KEY}"}, raise_server_exceptions=False) as c:
+    with serve(app) as url, httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=TIME_BOUND_S
+    ) as c:
         yield c
 
 
-def check(client: TestClient, path: str, body: Any) -> None:
+def check(client: httpx.Client, path: str, body: Any) -> httpx.Response:
     raw = json.dumps(body)  # ensure_ascii: lone surrogates travel as escapes, as a client would send them
-    r = client.post(path, content=raw, headers={"content-type": "application/json"})
+    try:
+        r = client.post(path, content=raw, headers={"content-type": "application/json"})
+    except httpx.TimeoutException:
+        pytest.fail(f"no answer within {TIME_BOUND_S} s: {raw[:500]}")
     assert r.status_code < 500, (r.status_code, r.text[:300], raw[:500])
     assert "internal_error" not in r.text, raw[:500]
     if r.status_code >= 400:
         assert set(r.json()["error"]) >= {"message", "type", "code"}
+    return r
 
 
 FUZZ = settings(
@@ -192,11 +210,52 @@ FUZZ = settings(
 
 @FUZZ
 @given(body=mutated(chat_body))
-def test_chat_completions_never_answers_5xx(client: TestClient, body: Any) -> None:
+def test_chat_completions_never_answers_5xx(client: httpx.Client, body: Any) -> None:
     check(client, "/v1/chat/completions", body)
 
 
 @FUZZ
 @given(body=mutated(responses_body))
-def test_responses_never_answers_5xx(client: TestClient, body: Any) -> None:
+def test_responses_never_answers_5xx(client: httpx.Client, body: Any) -> None:
     check(client, "/v1/responses", body)
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE)))
+def test_every_hostile_schema_is_answered_in_time_on_both_endpoints(client: httpx.Client, index: int) -> None:
+    schema = HOSTILE[index]
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema, "strict": True}}
+    chat = {"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "Hi"}]}
+    check(client, "/v1/chat/completions", {**chat, "tools": [tool], "tool_choice": "required"})
+    response_format = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}
+    fmt = check(client, "/v1/chat/completions", {**chat, "response_format": response_format})
+    text_format = {"format": {"type": "json_schema", "name": "x", "schema": schema}}
+    check(client, "/v1/responses", {"model": "kimi-k3.1-pro", "input": "Hi", "text": text_format})
+    if fmt.status_code == 400:  # refused: the error names the field
+        assert fmt.json()["error"]["param"].startswith("response_format.json_schema")
+
+
+def test_references_that_only_loop_are_refused_naming_the_field(client: httpx.Client) -> None:
+    loop = {"type": "object", "properties": {"v": {"$ref": "#/$defs/a"}}, "required": ["v"],
+            "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}}
+    body = {"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "Hi"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": loop, "strict": True}}}
+    r = check(client, "/v1/chat/completions", body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "response_format.json_schema.schema.properties.v.$ref" and "loops back" in error["message"]
+    # Recursion through structure is fine: the answer can end it (an optional field).
+    tree = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}}
+    body["response_format"]["json_schema"]["schema"] = tree
+    assert check(client, "/v1/chat/completions", body).status_code == 200
+
+
+@pytest.mark.parametrize("index", range(len(EDGE_TEXTS)))
+def test_multiline_and_unicode_edge_prompts_are_answered(client: httpx.Client, index: int) -> None:
+    prompt = EDGE_TEXTS[index]
+    chat = check(client, "/v1/chat/completions",
+                 {"model": "kimi-k3.1-pro", "messages": [{"role": "system", "content": prompt},
+                                                         {"role": "user", "content": prompt}]})
+    responses = check(client, "/v1/responses", {"model": "kimi-k3.1-pro", "input": prompt, "instructions": prompt})
+    # Only the lone surrogate is refused; every other text is a prompt like any other.
+    expected = 400 if "\ud800" in prompt else 200
+    assert (chat.status_code, responses.status_code) == (expected, expected), (chat.text[:200], responses.text[:200])

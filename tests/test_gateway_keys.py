@@ -50,7 +50,7 @@ def create_key(c: httpx.Client, **fields: object) -> tuple[str, str]:
 def test_stored_key_lifecycle_through_admin_api(tmp_path: Path) -> None:
     app, _ = make_app(tmp_path)
     with serve(app) as url, httpx.Client(base_url=url) as c:
-        key_id, secret = create_key(c, name="alice", rpm=100, budget_usd="2.50")
+        key_id, secret = create_key(c, name="alice", rpm=100, budget_usd="2.50", allow_unpriced_budget=True)
         assert secret.startswith("sk-kimi-") and len(secret) >= len("sk-kimi-") + 43  # >= 256 bits
         assert c.post("/v1/chat/completions", json=chat_body(), headers=bearer(secret)).status_code == 200
 
@@ -80,7 +80,14 @@ def test_stored_key_lifecycle_through_admin_api(tmp_path: Path) -> None:
 def test_expired_key_is_refused(tmp_path: Path) -> None:
     app, _ = make_app(tmp_path)
     with serve(app) as url, httpx.Client(base_url=url) as c:
-        _, secret = create_key(c, name="old", expires_at="2020-01-01T00:00:00Z")
+        key_id, secret = create_key(c, name="old", expires_at="2099-01-01T00:00:00Z")
+        assert c.get("/v1/models", headers=bearer(secret)).status_code == 200
+        # No one may set a past expiry; a key gets one by time passing, made here in the database.
+        with sqlite3.connect(tmp_path / "data" / "kimi.db") as db:
+            stored = db.execute("SELECT expires_at FROM api_keys WHERE id = ?", (key_id,)).fetchone()[0]
+            past = stored.replace("2099", "2020")
+            db.execute("UPDATE api_keys SET expires_at = ? WHERE id = ?", (past, key_id))
+        time.sleep(1.0)  # the lookup cache holds a key for under a second
         assert c.get("/v1/models", headers=bearer(secret)).status_code == 401
 
 
@@ -166,7 +173,7 @@ def test_cli_keys_and_usage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("KIMI_DATA_DIR", str(tmp_path / "data"))
     runner = CliRunner()
     made = runner.invoke(cli_app, ["keys", "create", "--name", "bob", "--rpm", "7", "--budget", "3",
-                                   "--models", "kimi-k3", "--expires", "2099-01-01"])
+                                   "--models", "kimi-k3", "--expires", "2099-01-01", "--allow-unpriced-budget"])
     assert made.exit_code == 0, made.output
     secret = next(line for line in made.stdout.splitlines() if line.startswith("sk-kimi-"))
     listed = runner.invoke(cli_app, ["keys", "list", "--json"])

@@ -58,7 +58,7 @@ def test_ledger_rows_equal_the_usage_sent_to_clients(tmp_path: Path) -> None:
     engine = ScriptedEngine(script=Script(prompt_tokens=40, cached_tokens=16))
     app, _ = make_app(tmp_path, engine, prices=PRICES)
     with serve(app) as url, httpx.Client(base_url=url, timeout=30) as c:
-        secret = new_key(c, rpm=1000, tpm=1_000_000, budget_usd="10")
+        secret = new_key(c, rpm=1000, tpm=1_000_000, budget_usd="10", allow_unpriced_budget=True)
         sent: dict[str, dict[str, int]] = {}
         sdk = OpenAI(base_url=url + "/v1", api_key=secret, max_retries=0)
         raw = sdk.chat.completions.with_raw_response.create(
@@ -143,7 +143,7 @@ def test_rpm_limit_429_with_retry_after_and_headers(tmp_path: Path) -> None:
         # Other routes carry the headers too, without spending a request.
         models = c.get("/v1/models", headers=h)
         assert models.headers["x-ratelimit-remaining-requests"] == "0"
-        metrics = c.get("/metrics", headers=bearer(STATIC_KEY)).text
+        metrics = c.get("/metrics", headers=ADMIN).text
     assert 'kimi_rejections_total{reason="requests"} 1.0' in metrics
     assert len(ledger(tmp_path)) == 2  # a refused request never reached the engine
 
@@ -182,7 +182,7 @@ def test_budget_holds_under_100_concurrent_requests(tmp_path: Path) -> None:
                                       "completion_tokens": 4})
     budget_nanos = cost * 10
     with serve(app) as url, httpx.Client(base_url=url) as c:
-        secret = new_key(c, budget_usd=str(Decimal(budget_nanos) / 10**9))
+        secret = new_key(c, budget_usd=str(Decimal(budget_nanos) / 10**9), models=["kimi-k3"])
         responses = asyncio.run(_burst(url, secret, 100, chat_body(max_tokens=4)))
         # Holds of in-flight requests may have refused some of the burst; go on until refused.
         for _ in range(20):
@@ -262,7 +262,7 @@ def test_metrics(tmp_path: Path) -> None:
         with c.stream("POST", "/v1/chat/completions", json=chat_body(stream=True), headers=h) as r:
             list(r.iter_lines())
         assert c.get("/metrics").status_code == 401
-        text = c.get("/metrics", headers=h).text
+        text = c.get("/metrics", headers=ADMIN).text
     assert 'kimi_requests_total{endpoint="chat.completions",model="kimi-k3",status="200"} 2.0' in text
     assert 'kimi_tokens_total{class="output",model="kimi-k3"} 8.0' in text
     assert 'kimi_time_to_first_token_seconds_count{model="kimi-k3"} 2.0' in text

@@ -122,6 +122,25 @@ def test_a_key_over_its_share_of_the_queue_gets_429_and_others_still_queue(tmp_p
         asyncio.run(run(url))
 
 
+def test_a_key_over_its_share_is_told_to_retry_after_the_measured_time_a_request_takes(tmp_path: Path) -> None:
+    async def run(url: str) -> None:
+        async with httpx.AsyncClient(timeout=60) as c:
+            post = f"{url}/v1/chat/completions"
+            assert (await c.post(post, json=HI, headers=auth(A))).status_code == 200  # at least 1.5 s
+            held = [asyncio.create_task(c.post(post, json=HI, headers=auth(A)))]
+            await until(c, url, A, admitted_requests=1)
+            held.append(asyncio.create_task(c.post(post, json=HI, headers=auth(A))))
+            await until(c, url, A, queued_requests=1)
+            over = await c.post(post, json=HI, headers=auth(A))
+            assert over.status_code == 429
+            # No request has waited yet: the hint comes from how long one holds its slot.
+            assert int(over.headers["retry-after"]) >= 2
+            assert [r.status_code for r in await asyncio.gather(*held)] == [200, 200]
+
+    with serving(tmp_path, slow_engine(0.25), parallel=1, queue_max_per_key=1) as (url, _):
+        asyncio.run(run(url))
+
+
 def test_a_quiet_key_is_served_before_a_flooding_key_drains(tmp_path: Path) -> None:
     finished: list[str] = []
 

@@ -88,7 +88,7 @@ def test_breaker_states_with_a_clock() -> None:
 def test_upstreams_check_cli() -> None:
     runner = CliRunner()
     with FakeUpstream(good) as up:
-        result = runner.invoke(app, ["upstreams", "check", "--upstream", up.url, "--json"])
+        result = runner.invoke(app, ["upstreams", "check", "--upstream", up.url, "--upstream-model", "m", "--json"])
     assert result.exit_code == 0, result.output
     [report] = json.loads(result.output)
     assert report["ok"] is True and report["status"] == 200

@@ -239,7 +239,8 @@ def test_breaker_opens_then_probes_and_closes(tmp_path: Path) -> None:
 def test_client_disconnect_closes_the_upstream_request(tmp_path: Path) -> None:
     """Through a real uvicorn server: the client leaves mid-stream, the upstream sees it go."""
     with FakeUpstream(endless) as up:
-        proc, server = start_server(tmp_path, "--upstream", up.url, "--model", "no-such-model")
+        # One worker: the per-key engine counters read below are those of one process.
+        proc, server = start_server(tmp_path, "--upstream", up.url, "--model", "no-such-model", "--workers", "1")
         try:
             headers = {"Authorization": f"Bearer {server.key}"}
             with httpx.stream("POST", f"{server.base_url}/chat/completions", headers=headers, timeout=30,

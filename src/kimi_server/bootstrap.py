@@ -6,6 +6,7 @@ from pathlib import Path
 
 from kimi_server.engines.base import Engine
 from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
+from kimi_server.engines.llamacpp.repetition import RepetitionLimits
 from kimi_server.engines.upstream.build import upstream_engines  # Upstreams (issue 9)
 from kimi_server.gate.auth import KeyRing, development_key, key_id_of
 from kimi_server.models.pull import resolve_model
@@ -45,6 +46,12 @@ def build_engines(settings: Settings) -> EngineSet:
                     n_ctx=settings.ctx_size,
                     n_parallel=settings.parallel,
                     n_threads=settings.threads,
+                    cpu_poll=settings.cpu_poll,
+                    repetition=RepetitionLimits(
+                        settings.repetition_max_ngram,
+                        settings.repetition_min_repeats,
+                        settings.repetition_min_tokens,
+                    ),
                     reasoning_format=settings.reasoning_format,
                     temperature=settings.temperature,
                     top_p=settings.top_p,
@@ -55,6 +62,9 @@ def build_engines(settings: Settings) -> EngineSet:
                     cache_ttl_scale=settings.cache_ttl_scale,
                     cache_groups=groups,
                     mmproj=settings.mmproj,  # Media input (issue 11)
+                    max_prompt_tokens=settings.max_prompt_tokens or None,
+                    prefill_turn=settings.prefill_turn,
+                    prefill_turn_shared=settings.prefill_turn_shared,
                 )
             )
         by_model[spec.id] = by_path[path]

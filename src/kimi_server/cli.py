@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import uvicorn
 from rich.console import Console
+from rich.markup import escape
 
+import kimi_server.cli_help  # noqa: F401  (flags in --help show no type)
+from kimi_server import __version__, log_json
 from kimi_server.gate.cli import keys_app  # Gateway (issue 10)
 from kimi_server.gate.cli import usage as usage_command  # Gateway (issue 10)
 from kimi_server.models.cli import models_app
@@ -29,6 +31,20 @@ app.add_typer(search_app, name="search")
 console = Console(stderr=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"kimi-server {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """A self-hosted server for the Kimi API."""
+
+
 # First run without surprises (issue 8): --help shows the defaults that apply when a flag is
 # absent (flags default to None so that env and TOML can still supply the value).
 def _default(name: str) -> str:
@@ -41,6 +57,12 @@ def start_lines(settings: Settings, served: list[str], dev_key: str | None) -> l
     """What ``serve`` prints before it starts listening."""
     origin = f"http://{settings.host}:{settings.port}"
     lines = [f"kimi-server: serving {', '.join(sorted(served))}", f"  base URL: {origin}/v1"]
+    # Whose API rules apply (policy/profiles.py), with the routes that follow other ones.
+    others = [
+        f"{model_id}: {route.contract}" for model_id, route in sorted(settings.routes.items())
+        if route.contract is not None and route.contract != settings.contract and model_id in served
+    ]
+    lines.append(f"  contract: {settings.contract}" + (f" ({', '.join(others)})" if others else ""))
     if dev_key:
         lines.append(f"  development API key: {dev_key}")
     if settings.public_docs:
@@ -106,11 +128,27 @@ def serve(
     mmproj: Annotated[
         Path | None, typer.Option(help="Multimodal projector (GGUF) for the embedded model: it sees images.")
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=256, help="Server processes on this port (above 1: every model relayed to upstreams).",
+            show_default="one per core when every model is relayed to upstreams, else 1",
+        ),
+    ] = None,
+    contract: Annotated[
+        str | None,
+        typer.Option(
+            help="Whose API rules to follow: evolink (the reference) or moonshot (Moonshot's own).",
+            show_default=_default("contract"),
+        ),
+    ] = None,
 ) -> None:
     """Serve the Kimi API."""
     from kimi_server.bootstrap import build_engines, build_keys
+    from kimi_server.heap import settle_heap
     from kimi_server.http.app import create_app
     from kimi_server.http.connections import uvicorn_options  # Overload (issue 12)
+    from kimi_server.http.workers import worker_count
     from kimi_server.models.pull import ModelPullError
     from kimi_server.settings import load_settings
 
@@ -130,23 +168,36 @@ def serve(
             upstream_dialect=upstream_dialect,
             upstream_model=upstream_model,
             mmproj=mmproj,  # Media input (issue 11)
+            workers=workers,
+            contract=contract,
         )
+        log_json.configure(settings.log_level)  # one JSON object per line, uvicorn's lines included
         engines = build_engines(settings)
+        processes = worker_count(settings, engines)
     except (ModelPullError, FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
         raise typer.Exit(1) from None
     keys, dev_key = build_keys(settings)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     for line in start_lines(settings, sorted(engines.served()), dev_key):
         console.print(line, soft_wrap=True, highlight=False)
-    uvicorn.run(
-        create_app(settings, engines, keys),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=5,
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "log_config": log_json.log_config(settings.log_level),  # applied again in each worker
+        "access_log": False,  # the request line (http/request_context.py) replaces it
+        "timeout_graceful_shutdown": 5,
         **uvicorn_options(settings),  # Overload (issue 12): idle and slow connections close
-    )
+    }
+    if processes > 1:
+        from kimi_server.http import workers as worker_processes
+
+        console.print(f"  workers: {processes} processes", highlight=False)
+        worker_processes.run(settings, processes, options)
+        return
+    application = create_app(settings, engines, keys)
+    settle_heap()
+    uvicorn.run(application, **options)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ whether the response is plain JSON or an already-started SSE stream.
      ├── AuthenticationError      401
      ├── PermissionDeniedError    403
      ├── NotFoundError            404
+     ├── RequestTimeoutError      408  the body came too slowly
      ├── PayloadTooLargeError     413
      ├── RateLimitError           429
      ├── EngineUnavailableError   503
@@ -61,6 +62,12 @@ class NotFoundError(APIError):
     status_code = 404
     error_type = "not_found_error"
     default_code = "model_not_found"
+
+
+class RequestTimeoutError(APIError):
+    status_code = 408
+    error_type = "invalid_request_error"
+    default_code = "request_timeout"
 
 
 class PayloadTooLargeError(APIError):

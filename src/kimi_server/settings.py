@@ -11,7 +11,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -19,6 +19,9 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from kimi_server.policy.profiles import ContractName
+from kimi_server.unknown_settings import check_environment, check_toml_file, explain_extras
 
 
 def _default_data_dir() -> Path:
@@ -28,6 +31,8 @@ def _default_data_dir() -> Path:
 
 class EffortBudget(BaseModel):
     """Reasoning tokens for one effort level: at least ``floor``, at most ``cap``."""
+
+    model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not a default
 
     floor: int = Field(ge=0)
     cap: int = Field(ge=1)
@@ -53,6 +58,8 @@ EFFORT_ORDER = ("low", "high", "max")
 class ModelPrice(BaseModel):
     """Gateway (issue 10): USD per million tokens of each class, and per web-search call."""
 
+    model_config = ConfigDict(extra="forbid")
+
     input: Decimal = Decimal(0)
     cache_read: Decimal = Decimal(0)
     cache_write_5m: Decimal = Decimal(0)
@@ -77,6 +84,8 @@ Dialect = Literal["vllm", "sglang", "llamacpp", "moonshot", "openai"]
 class UpstreamCapabilities(BaseModel):
     """What the upstream can do; a request needing more gets a 400 before it leaves."""
 
+    model_config = ConfigDict(extra="forbid")
+
     tools: bool = True
     json_schema: bool = True
     vision: bool = False
@@ -85,6 +94,8 @@ class UpstreamCapabilities(BaseModel):
 
 
 class UpstreamConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     base_url: str  # up to and including /v1
     name: str | None = None  # for logs and health; default: the base URL's host
     api_key_env: str | None = None  # the environment variable holding the upstream's key
@@ -110,9 +121,15 @@ class UpstreamConfig(BaseModel):
 class ModelRoute(BaseModel):
     """What one catalogue model id runs on. Unset fields fall back to the top-level ones."""
 
+    model_config = ConfigDict(extra="forbid")
+
     engine: Literal["embedded", "upstream"] = "embedded"
     model: str | None = None
     upstreams: list[UpstreamConfig] = Field(default_factory=list)  # tried in weighted order
+    # Output tokens of a request that names no cap; None: the top-level setting.
+    default_max_output_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
+    # Whose API rules this model id follows (policy/profiles.py); None: the top-level setting.
+    contract: ContractName | None = None
 
     @model_validator(mode="after")
     def _upstreams_given(self) -> ModelRoute:
@@ -122,7 +139,8 @@ class ModelRoute(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="KIMI_", extra="ignore")
+    # Unknown keys are errors (load_settings names the nearest valid one).
+    model_config = SettingsConfigDict(env_prefix="KIMI_", extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -134,14 +152,29 @@ class Settings(BaseSettings):
 
     model: str = "qwen2.5-coder-0.5b"
     auto_pull: bool = True
+    # Whose API rules the server follows: "evolink" (the reference in shared/spec) or
+    # "moonshot" (Moonshot's own: the thinking switch, fixed sampling); see policy/profiles.py.
+    contract: ContractName = "evolink"
     routes: dict[str, ModelRoute] = Field(default_factory=dict)
     ctx_size: int = Field(default=32768, ge=256)
     parallel: int = Field(default=8, ge=1, le=256)
-    threads: int = Field(default=0, ge=0)
+    threads: int = Field(default=0, ge=0)  # 0: one per core this process may run on
+    # How long llama.cpp's threads spin before sleeping, 0-100 (llama.cpp's own default: 50);
+    # 0 keeps the speed proportional to the CPU left on a shared machine (cpu_wait.py).
+    cpu_poll: int = Field(default=0, ge=0, le=100)
+    # The repetition guard (embedded engine): a generation whose end is the same n-gram of at
+    # most repetition_max_ngram tokens (0: off), at least repetition_min_repeats times in a
+    # row over at least repetition_min_tokens tokens, ends with finish_reason "length".
+    repetition_max_ngram: int = Field(default=32, ge=0, le=256)
+    repetition_min_repeats: int = Field(default=4, ge=2, le=1000)
+    repetition_min_tokens: int = Field(default=96, ge=2, le=1_000_000)
     reasoning_format: str = "prompted"
     temperature: float = Field(default=0.7, ge=0, le=2)
     top_p: float = Field(default=0.95, gt=0, le=1)
     budgets: dict[str, EffortBudget] = Field(default_factory=lambda: dict(DEFAULT_BUDGETS))
+    # Output tokens of a request that names no cap (a key's own default comes first); None:
+    # the catalogue's 131,072. Per model: [routes."id"] default_max_output_tokens.
+    default_max_output_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
 
     public_docs: bool = False  # /docs and /openapi.json without a key
     # Prompt cache (docs/caching.md). Cached sequences resident at once, the tokens they may
@@ -185,10 +218,27 @@ class Settings(BaseSettings):
     max_messages: int | None = Field(default=None, ge=1)  # None: ctx_size // 4
     max_content_parts: int | None = Field(default=None, ge=1)  # None: ctx_size
     max_prompt_chars: int | None = Field(default=None, ge=1)  # None: 8 x ctx_size
+    # The embedded engine: the most prompt tokens one request may bring, counted with the
+    # model's tokenizer (0: the window only); the prompt tokens one llama.cpp call reads on an
+    # idle engine (also llama.cpp's batch), and while other requests run (0: a prompt is read
+    # in one go, as llama.cpp does). See docs/configuration.md.
+    max_prompt_tokens: int = Field(default=8192, ge=0)
+    prefill_turn: int = Field(default=64, ge=8, le=8192)
+    prefill_turn_shared: int = Field(default=8, ge=0, le=8192)
     max_json_depth: int = Field(default=64, ge=8, le=512)  # nesting of any request body
     http_header_timeout: float = Field(default=10.0, gt=0)  # a request head must arrive within
     http_keep_alive_timeout: int = Field(default=5, ge=1)  # idle keep-alive connections close
+    # Connection-level limits (docs/configuration.md): a slow body gets 408 and the connection
+    # closes; past the caps a new connection gets 503. Unset caps follow the descriptor limit.
+    http_body_timeout: float = Field(default=60.0, gt=0)  # seconds for a whole request body
+    http_body_min_rate: int = Field(default=1024, ge=0)  # bytes/s a body must average; 0: off
+    http_body_rate_grace: float = Field(default=5.0, ge=0)  # seconds before the rate applies
+    http_max_connections: int | None = Field(default=None, ge=1)  # None: from RLIMIT_NOFILE
+    http_max_connections_per_ip: int | None = Field(default=None, ge=0)  # None: total / 4; 0: off
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Server processes on one port (serve --workers). None: one per core when every model is
+    # relayed to upstreams; 1 with the embedded engine, whose model is loaded once.
+    workers: int | None = Field(default=None, ge=1, le=256)
     engine_verbose: bool = False
 
     # Gateway (issue 10): stored keys, limits, quotas, usage ledger, metrics (docs/gateway.md).
@@ -209,6 +259,13 @@ class Settings(BaseSettings):
     test_engine: Literal["", "scripted"] = ""
     test_engine_delay: float = Field(default=0.0, ge=0, le=10)
     test_engine_tokens: int = Field(default=2, ge=1, le=100000)
+
+    def upstream_key_variables(self) -> set[str]:
+        """The environment variables named as upstream keys (they may start with KIMI_)."""
+        names = {self.upstream_api_key_env} | {
+            u.api_key_env for route in self.routes.values() for u in route.upstreams
+        }
+        return {name for name in names if name}
 
     @field_validator("api_keys", mode="before")
     @classmethod
@@ -264,5 +321,16 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         if not config_file.is_file():
             raise FileNotFoundError(f"config file not found: {config_file}")
         os.environ["KIMI_CONFIG"] = str(config_file)
+    # Unknown settings stop start-up, before anything loads (kimi_server/unknown_settings.py).
+    config = os.environ.get("KIMI_CONFIG")
+    if config:
+        if not Path(config).is_file():
+            raise FileNotFoundError(f"config file not found: {config} (KIMI_CONFIG)")
+        check_toml_file(Path(config), Settings)
     given = {k: v for k, v in overrides.items() if v is not None and v != []}
-    return Settings(**given)
+    try:
+        settings = Settings(**given)
+    except ValidationError as exc:
+        raise explain_extras(exc, Settings) or exc from None
+    check_environment(os.environ, Settings, allowed=settings.upstream_key_variables())
+    return settings

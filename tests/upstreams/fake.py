@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 
@@ -47,9 +47,13 @@ Handler = Callable[[dict[str, Any], Conn], Awaitable[None]]
 
 
 class FakeUpstream:
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, routes: Mapping[str, Handler] | None = None) -> None:
         self.handler = handler
+        # Other paths (a tokenize endpoint, say; /v1/models too, in place of its one model "m"):
+        # their requests go to ``routed``, not ``bodies``.
+        self.routes = routes or {}
         self.bodies: list[dict[str, Any]] = []
+        self.routed: list[tuple[str, dict[str, Any]]] = []
         self.disconnects = 0  # handlers that saw the client go away
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -90,10 +94,15 @@ class FakeUpstream:
             headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines if h)}
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             conn = Conn(writer)
-            if request_line.split()[1].endswith("/models"):
+            path = request_line.split()[1]
+            parsed = json.loads(body) if body else {}
+            if path.endswith("/models") and path not in self.routes:
                 await conn.json(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
                 return
-            parsed = json.loads(body)
+            if path in self.routes:
+                self.routed.append((path, parsed))
+                await self.routes[path](parsed, conn)
+                return
             self.bodies.append(parsed)
             await self.handler(parsed, conn)
         except (ConnectionError, asyncio.IncompleteReadError):

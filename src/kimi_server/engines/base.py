@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from kimi_server.engines.types import EngineEvent, GenerationRequest
 
@@ -37,4 +37,20 @@ class Engine(Protocol):
 
     def stats(self) -> dict[str, int]:
         """Counters for operators: calls in flight, calls cancelled by a departed client."""
+        ...
+
+
+@runtime_checkable
+class PromptCounter(Protocol):
+    """An engine that can tell a request's prompt tokens before it runs (the embedded engine,
+    with the model's own tokenizer). Engines without it are sized by characters only."""
+
+    async def count_prompt_tokens(self, request: GenerationRequest) -> int | None:
+        """The prompt's tokens as the model will see them (rendered), or an upper bound where
+        the tokenizer is not known exactly; None: cannot tell."""
+        ...
+
+    def prompt_token_limit(self) -> int | None:
+        """The most prompt tokens one request may bring (an operator's bound, below the
+        window); None: only the window bounds it."""
         ...

@@ -67,9 +67,11 @@ class ScriptedEngine:
         if self.on_generate is not None:
             self.on_generate(request)
         s = self.script
-        events: list[EngineEvent] = [ReasoningDelta(t) for t in s.reasoning]
+        # A request with reasoning switched off gets the script's answer only.
+        thought = s.reasoning if request.reasoning else ()
+        events: list[EngineEvent] = [ReasoningDelta(t) for t in thought]
         budget = request.max_output_tokens
-        reasoning_tokens = min(len(s.reasoning), budget)
+        reasoning_tokens = min(len(thought), budget)
         events = events[:reasoning_tokens]
         answer_budget = budget - reasoning_tokens
         answer: list[EngineEvent] = [ContentDelta(t) for t in s.content[:answer_budget]]

@@ -88,6 +88,8 @@ class GenerationRequest:
     seed: int | None = None
     # The request field that carried the conversation, named by a too-long-prompt error (issue 8).
     prompt_param: str = "messages"
+    # False: no reasoning phase at all (a contract whose thinking switch the client turned off).
+    reasoning: bool = True
 
 
 @dataclass(frozen=True)
@@ -99,13 +101,16 @@ class Usage:
     reasoning_tokens: int = 0
     # Searches the server ran for this request (issue 11); not on the wire, for ledgers.
     web_search_calls: int = 0
+    # Who counted: not on the wire, for ledgers (see UsageSource).
+    source: UsageSource = "engine"
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        """Several engine calls of one request (search rounds): every call counts."""
+        """Several engine calls of one request (search rounds): every call counts, and the sum
+        is only as exact as its least exact part."""
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.cached_tokens + other.cached_tokens,
@@ -113,7 +118,15 @@ class Usage:
             self.completion_tokens + other.completion_tokens,
             self.reasoning_tokens + other.reasoning_tokens,
             self.web_search_calls + other.web_search_calls,
+            max(self.source, other.source, key=_SOURCE_ORDER.index),
         )
+
+
+# "engine": the engine reported its counts. "server_count": the engine reported none, and the
+# server counted with the model's tokenizer. "server_estimate": no tokenizer was at hand (or the
+# request was cut off), and the server estimated on the generous side.
+UsageSource = Literal["engine", "server_count", "server_estimate"]
+_SOURCE_ORDER: tuple[UsageSource, ...] = ("engine", "server_count", "server_estimate")
 
 
 @dataclass(frozen=True)

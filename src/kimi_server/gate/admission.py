@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -77,6 +79,7 @@ class Ticket:
     admission: Admission
     key_id: str
     released: bool = False
+    granted_at: float = field(default_factory=time.monotonic)
 
     def release(self) -> None:
         if not self.released:
@@ -97,7 +100,9 @@ class Admission:
         self._waiting: OrderedDict[str, deque[_Waiter]] = OrderedDict()  # rotation order
         self._total = AdmissionCounters()
         self._by_key: dict[str, AdmissionCounters] = {}
-        self._wait_seconds: deque[float] = deque(maxlen=64)  # recent waits, for Retry-After
+        # Recent waits for a slot, and how long admitted requests held theirs: Retry-After.
+        self._wait_seconds: deque[float] = deque(maxlen=64)
+        self._held_seconds: deque[float] = deque(maxlen=64)
 
     # -- figures --------------------------------------------------------------------------
 
@@ -198,6 +203,7 @@ class Admission:
         return True
 
     def _release(self, ticket: Ticket) -> None:
+        self._held_seconds.append(time.monotonic() - ticket.granted_at)
         self._active[ticket.key_id] -= 1
         if self._active[ticket.key_id] <= 0:
             del self._active[ticket.key_id]
@@ -225,8 +231,11 @@ class Admission:
             setattr(counters, name, getattr(counters, name) + 1)
 
     def _retry_after(self) -> int:
-        """Seconds until a retry has a fair chance: the typical recent wait, at least one."""
-        if not self._wait_seconds:
-            return 1
-        waits = sorted(self._wait_seconds)
-        return max(1, math.ceil(waits[len(waits) // 2]))
+        """Seconds until a retry has a fair chance, from what was measured: the typical recent
+        wait, or the queue ahead served at the typical time a request holds its slot, whichever
+        is longer. At least one; at most ``max_wait``, since nothing waits longer than that."""
+        waited = statistics.median(self._wait_seconds) if self._wait_seconds else 0.0
+        held = statistics.median(self._held_seconds) if self._held_seconds else 0.0
+        turns = max(1, math.ceil(self.waiting / self.limits.slots))
+        estimate = max(waited, held * turns)
+        return min(max(1, math.ceil(estimate)), max(1, math.ceil(self.limits.max_wait)))

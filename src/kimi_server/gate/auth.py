@@ -35,6 +35,11 @@ class Principal:
     key_id: str
     record: KeyRecord | None = None  # Gateway (issue 10): a stored key's limits; None for static keys
 
+    @property
+    def output_cap(self) -> int | None:
+        """The key's own default output cap, if it has one."""
+        return self.record.max_output_tokens if self.record is not None else None
+
 
 class KeyRing:
     def __init__(self, keys: list[str]) -> None:
@@ -79,7 +84,7 @@ def development_key(data_dir: Path) -> str:
         key = path.read_text(encoding="utf-8").strip()
         if key:
             return key
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only when we make it
     key = new_key()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -35,12 +35,14 @@ from kimi_server.engines.types import (
 )
 from kimi_server.errors import NotFoundError, RateLimitError
 from kimi_server.gate.auth import KeyRing, Principal
+from kimi_server.gate.key_checks import ModelRules
 from kimi_server.gate.keys import KeyStore
 from kimi_server.gate.ledger import Ledger
 from kimi_server.gate.limits import Limiter, Limits, LocalLimiter
 from kimi_server.gate.metrics import Metrics
 from kimi_server.gate.prices import Billable, PriceBook
 from kimi_server.gate.redis_limits import RedisLimiter
+from kimi_server.printable import visible
 from kimi_server.settings import Settings
 from kimi_server.store.db import Database
 
@@ -53,6 +55,7 @@ STATE_KEY = "kimi_key_id"
 STATE_MODEL = "kimi_model"
 STATE_USAGE = "kimi_usage"
 ADMITTING_PATHS = frozenset({"/v1/chat/completions", "/v1/responses"})
+SETTLE_WAIT = 0.5  # seconds a response waits at most for its limits to settle
 
 
 class LimitExceeded(RateLimitError):
@@ -105,7 +108,7 @@ class Gateway:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.db = Database.from_settings(settings.database_url, settings.data_dir, settings.sqlite_synchronous)
-        self.keys = KeyStore(self.db, settings.key_cache_seconds)
+        self.keys = KeyStore(self.db, settings.key_cache_seconds, ModelRules.from_settings(settings))
         self.ledger = Ledger(self.db, settings.ledger_batch_ms / 1000)
         self.prices = PriceBook(settings.prices)
         self.limiter: Limiter = (
@@ -117,6 +120,9 @@ class Gateway:
 
     async def start(self) -> None:
         await self.db.migrate()
+        for record, unpriced in await self.keys.unpriced_budgets():
+            log.warning("key %s (%s) has a budget, but no price is configured for %s: its spend there "
+                        "stays 0 and the budget never bites", record.id, visible(record.name), ", ".join(unpriced))
         self.ledger.start()
 
     async def close(self) -> None:
@@ -158,11 +164,16 @@ class Gateway:
                 f"The model '{model}' does not exist or you do not have access to it.", param="model"
             )
 
-    async def admit(self, request: Request, principal: Principal, gen: GenerationRequest, endpoint: str) -> Ticket:
+    async def admit(
+        self, request: Request, principal: Principal, gen: GenerationRequest, endpoint: str,
+        prompt_tokens: int | None = None,
+    ) -> Ticket:
+        """``prompt_tokens``: the engine's own count of the prompt, where it can tell; else a
+        generous estimate is reserved."""
         self.check_model(principal, gen.model)
         setattr(request.state, STATE_MODEL, gen.model)
         limits = limits_of(principal)
-        estimate = estimate_prompt_tokens(gen)
+        estimate = prompt_tokens if prompt_tokens is not None else estimate_prompt_tokens(gen)
         ticket = Ticket(
             request_id=getattr(request.state, STATE_REQUEST_ID, None) or "req_" + secrets.token_hex(12),
             client_request_id=getattr(request.state, STATE_CLIENT_ID, None),
@@ -238,6 +249,7 @@ class Gateway:
             "cache_ttl": t.cache_ttl,
             "reasoning_tokens": usage.reasoning_tokens,
             "completion_tokens": usage.completion_tokens,
+            "usage_source": usage.source,
             "web_search_calls": searches,
             "cost_nanos": cost,
             "ttft_ms": None if ttft is None else round(ttft * 1000, 3),
@@ -245,7 +257,8 @@ class Gateway:
             "created_at": datetime.now(UTC),
         }
 
-    def _account(self, t: Ticket, row: dict[str, Any], ttft: float | None) -> None:
+    def _account(self, t: Ticket, row: dict[str, Any], ttft: float | None) -> asyncio.Task[None] | None:
+        """Metrics, and the settling of the reservation to the row's counts (the task doing it)."""
         m = self.metrics
         m.ledger_rows.inc()
         regular = row["prompt_tokens"] - row["cached_tokens"] - row["cache_write_tokens"]
@@ -265,6 +278,8 @@ class Gateway:
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            return task
+        return None
 
 
 class MeteredEngine:
@@ -289,6 +304,7 @@ class MeteredEngine:
         self._status = "completed"
         self._first: float | None = None
         self._recorded = False
+        self._settling: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.inner.start()
@@ -342,7 +358,8 @@ class MeteredEngine:
                 # Cut off or failed: bill the prompt as estimated and one token per delta seen.
                 # A request refused before its first event (a 400 from the engine) consumed nothing.
                 prompt = 0 if self._first is None and status == "failed" else self._ticket.prompt_estimate
-                partial = Usage(prompt_tokens=prompt, completion_tokens=completion, reasoning_tokens=reasoning)
+                partial = Usage(prompt_tokens=prompt, completion_tokens=completion, reasoning_tokens=reasoning,
+                                source="server_estimate")
                 if self.deferred:
                     self._spent += partial
                     self._status = status
@@ -365,7 +382,7 @@ class MeteredEngine:
         self._recorded = True
         ttft = None if self._first is None else self._first - t.started
         row = self._gateway._row(t, status, usage, self._searches + searches + usage.web_search_calls, ttft)
-        self._gateway._account(t, row, ttft)
+        self._settling = self._gateway._account(t, row, ttft)
         return row, ttft
 
     async def _record(self, status: str, usage: Usage, searches: int = 0) -> None:
@@ -373,6 +390,10 @@ class MeteredEngine:
         if self._request is not None:
             setattr(self._request.state, STATE_USAGE, row)
         await self._gateway.ledger.write(row, stored_key=self._ticket.stored_key)
+        if self._settling is not None:
+            # The key's TPM window holds the real count before the client can send its next
+            # request (a Redis round trip, run alongside the commit); a stuck Redis is not waited out.
+            await asyncio.wait({self._settling}, timeout=SETTLE_WAIT)
 
     def _record_later(self, status: str, usage: Usage, searches: int = 0) -> None:
         row, _ = self._row(status, usage, searches)

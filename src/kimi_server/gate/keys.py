@@ -9,8 +9,10 @@ within a second while a busy key costs about one query a second.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -21,6 +23,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from kimi_server.errors import InvalidRequestError, NotFoundError
 from kimi_server.gate.auth import digest, new_key
+from kimi_server.gate.key_checks import (
+    ModelRules,
+    check_budget,
+    check_count,
+    check_expiry,
+    check_name,
+    check_text,
+)
+from kimi_server.policy.output_caps import check_output_cap
 from kimi_server.store.db import Database, utc
 from kimi_server.store.models import ApiKeyRow
 
@@ -35,6 +46,11 @@ def nanos_to_usd(nanos: int) -> Decimal:
     return (Decimal(nanos) / NANOS).normalize()
 
 
+def usd_text(nanos: int) -> str:
+    """An amount as people write it: "10", "0.000000001" (never "1E+1" or "1E-9")."""
+    return format(nanos_to_usd(nanos), "f")
+
+
 @dataclass(frozen=True)
 class KeyRecord:
     id: str
@@ -47,6 +63,7 @@ class KeyRecord:
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
+    max_output_tokens: int | None = None  # for requests that name no cap; None: the model's
 
     def usable(self, at: datetime) -> bool:
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > at)
@@ -59,9 +76,10 @@ class KeyRecord:
             "name": self.name,
             "rpm": self.rpm,
             "tpm": self.tpm,
-            "budget_usd": str(nanos_to_usd(self.budget_nanos)) if self.budget_nanos is not None else None,
-            "spent_usd": str(nanos_to_usd(self.spent_nanos)),
+            "budget_usd": usd_text(self.budget_nanos) if self.budget_nanos is not None else None,
+            "spent_usd": usd_text(self.spent_nanos),
             "models": sorted(self.models) if self.models is not None else None,
+            "max_output_tokens": self.max_output_tokens,
             "created_at": self.created_at.isoformat(),
             "expires_at": self.expires_at.isoformat() if self.expires_at else None,
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
@@ -79,38 +97,50 @@ def _record(row: ApiKeyRow) -> KeyRecord:
         tpm=row.tpm,
         budget_nanos=row.budget_nanos,
         spent_nanos=row.spent_nanos,
-        models=frozenset(row.models.split(",")) if row.models else None,
+        models=_models_of(row),
         created_at=utc(row.created_at) or datetime.now(UTC),
         expires_at=utc(row.expires_at),
         revoked_at=utc(row.revoked_at),
+        max_output_tokens=row.max_output_tokens,
     )
+
+
+def _models_of(row: ApiKeyRow) -> frozenset[str] | None:
+    return frozenset(row.models.split(",")) if row.models else None
 
 
 @dataclass(frozen=True)
 class KeyChanges:
     """Fields to set on create or update; ``None`` leaves a field as it is. ``clear`` names
-    limits to remove (``rpm``, ``tpm``, ``budget``, ``expires``, ``models``)."""
+    limits to remove (``rpm``, ``tpm``, ``budget``, ``expires``, ``models``,
+    ``max_output_tokens``)."""
 
     rpm: int | None = None
     tpm: int | None = None
     budget_usd: Decimal | None = None
     expires_at: datetime | None = None
     models: frozenset[str] | None = None
+    max_output_tokens: int | None = None
     clear: frozenset[str] = frozenset()
+    # A budget on models without a price never bites; set only when the operator means it.
+    allow_unpriced_budget: bool = False
 
-    def check(self) -> None:
-        for name, value in (("rpm", self.rpm), ("tpm", self.tpm)):
-            if value is not None and value < 1:
-                raise InvalidRequestError(f"'{name}' must be at least 1.", param=name)
-        if self.budget_usd is not None and self.budget_usd < 0:
-            raise InvalidRequestError("'budget' must not be negative.", param="budget")
-        if self.models is not None and not all(m.strip() for m in self.models):
-            raise InvalidRequestError("'models' must list model ids.", param="models")
+    def check(self, rules: ModelRules) -> None:
+        check_count(self.rpm, "rpm")
+        check_count(self.tpm, "tpm")
+        check_output_cap(self.max_output_tokens)
+        check_budget(self.budget_usd)
+        check_expiry(self.expires_at, datetime.now(UTC))
+        rules.check_models(self.models)
+
+    def touches_spend(self) -> bool:
+        return self.budget_usd is not None or self.models is not None or bool({"budget", "models"} & self.clear)
 
 
 class KeyStore:
-    def __init__(self, db: Database, cache_seconds: float = 0.5) -> None:
+    def __init__(self, db: Database, cache_seconds: float = 0.5, rules: ModelRules | None = None) -> None:
         self.db = db
+        self.rules = rules or ModelRules.catalogue_only()
         self.cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
         self._inflight: dict[str, asyncio.Task[KeyRecord | None]] = {}
@@ -118,9 +148,8 @@ class KeyStore:
 
     async def create(self, name: str, changes: KeyChanges) -> tuple[KeyRecord, str]:
         """A new key and its secret (the only time the secret exists outside the client)."""
-        changes.check()
-        if not name.strip() or len(name) > 200:
-            raise InvalidRequestError("'name' must be 1 to 200 characters.", param="name")
+        check_name(name)
+        changes.check(self.rules)
         secret = new_key()
         row = ApiKeyRow(
             id="key_" + secrets.token_hex(8),
@@ -130,6 +159,7 @@ class KeyStore:
             created_at=datetime.now(UTC),
         )
         _apply(row, changes)
+        self.rules.check_spend(row.budget_nanos, _models_of(row), allowed=changes.allow_unpriced_budget)
         async with self.db.sessions() as session:
             session.add(row)
             try:
@@ -143,16 +173,28 @@ class KeyStore:
             rows = (await session.scalars(select(ApiKeyRow).order_by(ApiKeyRow.created_at))).all()
         return [_record(r) for r in rows]
 
+    async def unpriced_budgets(self) -> Sequence[tuple[KeyRecord, Sequence[str]]]:
+        """Usable keys with a budget, and the models they may use that have no price."""
+        now = datetime.now(UTC)
+        found: builtins.list[tuple[KeyRecord, Sequence[str]]] = []
+        for record in await self.list():
+            unpriced = self.rules.unpriced(record.models)
+            if record.budget_nanos is not None and unpriced and record.usable(now):
+                found.append((record, unpriced))
+        return found
+
     async def get(self, name_or_id: str) -> KeyRecord:
         async with self.db.sessions() as session:
             row = await self._find(session, name_or_id)
             return _record(row)
 
     async def update(self, name_or_id: str, changes: KeyChanges) -> KeyRecord:
-        changes.check()
+        changes.check(self.rules)
         async with self.db.sessions() as session:
             row = await self._find(session, name_or_id)
             _apply(row, changes)
+            if changes.touches_spend():
+                self.rules.check_spend(row.budget_nanos, _models_of(row), allowed=changes.allow_unpriced_budget)
             await session.commit()
             return _record(row)
 
@@ -211,6 +253,7 @@ class KeyStore:
 
     @staticmethod
     async def _find(session: AsyncSession, name_or_id: str) -> ApiKeyRow:
+        check_text(name_or_id, "key")
         row = await session.scalar(
             select(ApiKeyRow).where(or_(ApiKeyRow.id == name_or_id, ApiKeyRow.name == name_or_id))
         )
@@ -227,10 +270,13 @@ def _apply(row: ApiKeyRow, c: KeyChanges) -> None:
     if c.budget_usd is not None:
         row.budget_nanos = usd_to_nanos(c.budget_usd)
     if c.expires_at is not None:
-        row.expires_at = c.expires_at
+        row.expires_at = c.expires_at.astimezone(UTC)  # SQLite keeps no offset: store UTC
     if c.models is not None:
-        row.models = ",".join(sorted(m.strip() for m in c.models))
-    cleared = {"rpm": "rpm", "tpm": "tpm", "budget": "budget_nanos", "expires": "expires_at", "models": "models"}
+        row.models = ",".join(sorted(c.models))  # checked: known ids, none holds a comma
+    if c.max_output_tokens is not None:
+        row.max_output_tokens = c.max_output_tokens
+    cleared = {"rpm": "rpm", "tpm": "tpm", "budget": "budget_nanos", "expires": "expires_at", "models": "models",
+               "max_output_tokens": "max_output_tokens"}
     for name in c.clear:
         setattr(row, cleared[name], None)
 

@@ -1,16 +1,32 @@
-"""Prometheus metrics, one registry per app (tests build many apps in one process)."""
+"""Prometheus metrics, one registry per app (tests build many apps in one process).
+
+Under ``serve --workers`` (``PROMETHEUS_MULTIPROC_DIR`` set) each worker writes its series to
+files there and ``/metrics`` reads every worker's, whichever worker answers: counters and
+histograms add up; gauges are the sum over live workers. The engine gauges, read from each
+worker's engines, are copied into such gauges every ``ENGINE_REFRESH_SECONDS``.
+"""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series only double the output
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+ENGINE_REFRESH_SECONDS = 1.0
+EngineStats = Callable[[], list[tuple[str, dict[str, int]]]]
+
+
+def multiprocess() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
 class _EngineCollector(Collector):
@@ -53,21 +69,66 @@ class Metrics:
         )
         self.tokens = Counter("kimi_tokens", "Tokens by class", ["model", "class"], registry=r)
         self.rejections = Counter("kimi_rejections", "Requests refused, by reason", ["reason"], registry=r)
-        self.streams = Gauge("kimi_streams_in_flight", "Streaming responses being sent", registry=r)
+        self.streams = Gauge(
+            "kimi_streams_in_flight", "Streaming responses being sent", registry=r, multiprocess_mode="livesum"
+        )
         self.cache_hits = Counter(
             "kimi_prompt_cache_hits", "Requests that reused a cached prompt prefix", ["model"], registry=r
         )
         self.degraded = Gauge(
-            "kimi_ratelimit_degraded", "1 while the shared (Redis) limits are unreachable", registry=r
+            "kimi_ratelimit_degraded", "1 while the shared (Redis) limits are unreachable", registry=r,
+            multiprocess_mode="livemax",
         )
         self.ledger_rows = Counter("kimi_ledger_rows", "Usage rows handed to the ledger", registry=r)
 
-    def watch_engines(self, stats: Callable[[], list[tuple[str, dict[str, int]]]]) -> None:
-        self.registry.register(_EngineCollector(stats))
+    def watch_engines(self, stats: EngineStats) -> None:
+        if multiprocess():
+            _EngineGauges(stats, self.registry).start()
+        else:
+            self.registry.register(_EngineCollector(stats))
 
     def set_degraded(self, down: bool) -> None:
         self.degraded.set(1 if down else 0)
 
     def render(self) -> bytes:
-        out: Any = generate_latest(self.registry)
+        registry = self.registry
+        if multiprocess():
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        out: Any = generate_latest(registry)
         return bytes(out)
+
+
+class _EngineGauges:
+    """The engine figures of ``_EngineCollector`` as gauges summed over the live workers,
+    refreshed by a daemon thread (reading a few counters; no lock is needed for that)."""
+
+    def __init__(self, stats: EngineStats, registry: CollectorRegistry) -> None:
+        self._stats = stats
+        self._busy = Gauge("kimi_engine_slots_busy", "Generation calls running on an engine", ["engine"],
+                           registry=registry, multiprocess_mode="livesum")
+        self._queued = Gauge("kimi_engine_queued", "Requests waiting for an engine slot", ["engine"],
+                             registry=registry, multiprocess_mode="livesum")
+        self._cache = Gauge(
+            "kimi_engine_prompt_cache", "The engine's prompt-cache counters (hits, misses, writes, held)",
+            ["engine", "counter"], registry=registry, multiprocess_mode="livesum",
+        )
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="engine-gauges", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(ENGINE_REFRESH_SECONDS)
+            try:
+                self.refresh()
+            except RuntimeError:
+                continue  # a counter changed size while read from this thread: next round
+
+    def refresh(self) -> None:
+        for name, stats in self._stats():
+            self._busy.labels(name).set(stats.get("active_calls", 0))
+            self._queued.labels(name).set(stats.get("queued", stats.get("queued_calls", 0)))
+            for key, value in stats.items():
+                if key.startswith("cache_"):
+                    self._cache.labels(name, key.removeprefix("cache_")).set(value)

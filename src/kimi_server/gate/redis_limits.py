@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from kimi_server.gate.limits import Decision, Limits, LocalLimiter, Reason, Snapshot
@@ -91,7 +92,7 @@ class RedisLimiter:
         budget = limits.budget_nanos if limits.budget_nanos is not None else -1
         args = [mode, limits.rpm or 0, limits.tpm or 0, budget, limits.spent_nanos, tokens, hold, cost]
         try:
-            result: Any = await self._script(keys=[f"{self._prefix}rl:{key_id}"], args=args)
+            result = await self._call(f"{self._prefix}rl:{key_id}", args)
         except (RedisError, OSError) as exc:
             if self._down_since is None:
                 log.warning("redis unreachable (%s): rate limits are per instance until it is back", type(exc).__name__)
@@ -105,6 +106,16 @@ class RedisLimiter:
             if self._on_degraded:
                 self._on_degraded(False)
         return [int(v) for v in result]
+
+    async def _call(self, key: str, args: list[int]) -> Any:
+        try:
+            return await self._script(keys=[key], args=args)
+        except (RedisConnectionError, ConnectionError):
+            # After a Redis restart every pooled connection is dead, though Redis is back: drop
+            # the idle ones and try once more on a fresh one before falling back. A timeout is
+            # not retried: it already took TIMEOUT seconds.
+            await self._redis.connection_pool.disconnect(inuse_connections=False)
+            return await self._script(keys=[key], args=args)
 
     @staticmethod
     def _snapshot(limits: Limits, out: list[int]) -> Snapshot:

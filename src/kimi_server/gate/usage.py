@@ -5,15 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import String, func, select
+from sqlalchemy import String, case, func, select
 
-from kimi_server.gate.keys import nanos_to_usd
+from kimi_server.gate.keys import usd_text
 from kimi_server.store.db import Database
 from kimi_server.store.models import ApiKeyRow, UsageRow
 
 GroupBy = Literal["model", "key", "day"]
 _SUMS = ("prompt_tokens", "cached_tokens", "cache_write_tokens", "reasoning_tokens", "completion_tokens",
          "web_search_calls", "cost_nanos")
+# Requests whose engine reported no counts (see the ledger's usage_source): how much of a total
+# the server counted with a tokenizer, and how much it could only estimate.
+_BY_SOURCE = {"server_counted_requests": "server_count", "server_estimated_requests": "server_estimate"}
 
 
 async def usage_totals(
@@ -28,6 +31,10 @@ async def usage_totals(
         group = func.substr(func.cast(UsageRow.created_at, String), 1, 10)
     columns = [group.label("group"), func.count().label("requests")]
     columns += [func.coalesce(func.sum(getattr(UsageRow, name)), 0).label(name) for name in _SUMS]
+    columns += [
+        func.coalesce(func.sum(case((UsageRow.usage_source == source, 1), else_=0)), 0).label(name)
+        for name, source in _BY_SOURCE.items()
+    ]
     query = select(*columns).group_by(group).order_by(group)
     if key_id is not None:
         query = query.where(UsageRow.key_id == key_id)
@@ -44,8 +51,8 @@ async def usage_totals(
         item: dict[str, Any] = {by: row["group"], "requests": int(row["requests"])}
         if by == "key":
             item["name"] = names.get(row["group"], "(static key)")
-        for name in _SUMS:
+        for name in (*_SUMS, *_BY_SOURCE):
             item[name] = int(row[name])
-        item["cost_usd"] = str(nanos_to_usd(item.pop("cost_nanos")))
+        item["cost_usd"] = usd_text(item.pop("cost_nanos"))
         out.append(item)
     return out

@@ -6,19 +6,21 @@ Without ``admin_key`` configured the admin API is off: every call is refused wit
 from __future__ import annotations
 
 import hmac
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from kimi_server.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
+from kimi_server.errors import AuthenticationError, NotFoundError, PermissionDeniedError
 from kimi_server.gate.auth import digest
 from kimi_server.gate.gateway import Gateway
+from kimi_server.gate.key_checks import MAX_BUDGET_USD, MAX_COUNT, MAX_NAME_CHARS, check_instant, check_text
 from kimi_server.gate.keys import KeyChanges
 from kimi_server.gate.usage import usage_totals
 from kimi_server.http.state import app_state
+from kimi_server.policy.output_caps import MAX_OUTPUT_TOKENS
 from kimi_server.protocol.common import ErrorBody
 
 
@@ -41,27 +43,33 @@ router = APIRouter(prefix="/admin/v1", tags=["Admin"], responses=ERRORS)
 
 
 class KeyFields(BaseModel):
-    rpm: int | None = Field(default=None, ge=1)
-    tpm: int | None = Field(default=None, ge=1)
-    budget_usd: Decimal | None = Field(default=None, ge=0)
+    # Bounds of the columns (gate/key_checks.py); the rest is checked there, for the CLI too.
+    rpm: int | None = Field(default=None, ge=1, le=MAX_COUNT, strict=True)
+    tpm: int | None = Field(default=None, ge=1, le=MAX_COUNT, strict=True)
+    # Output tokens of this key's requests that name no cap.
+    max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_OUTPUT_TOKENS, strict=True)
+    budget_usd: Decimal | None = Field(default=None, ge=0, le=MAX_BUDGET_USD)
     expires_at: datetime | None = None
-    models: list[str] | None = None
+    models: list[str] | None = Field(default=None, max_length=100)
+    allow_unpriced_budget: bool = False  # keep a budget even where some models have no price
 
     def changes(self, clear: frozenset[str] = frozenset()) -> KeyChanges:
-        if self.expires_at is not None and self.expires_at.tzinfo is None:
-            raise InvalidRequestError("'expires_at' needs a time zone (e.g. 2027-01-01T00:00:00Z).", param="expires_at")
         return KeyChanges(
             rpm=self.rpm, tpm=self.tpm, budget_usd=self.budget_usd, expires_at=self.expires_at,
             models=frozenset(self.models) if self.models is not None else None, clear=clear,
+            max_output_tokens=self.max_output_tokens,
+            allow_unpriced_budget=self.allow_unpriced_budget,
         )
 
 
 class KeyCreate(KeyFields):
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
 class KeyUpdate(KeyFields):
-    clear: list[Literal["rpm", "tpm", "budget", "expires", "models"]] = Field(default_factory=list)
+    clear: list[Literal["rpm", "tpm", "budget", "expires", "models", "max_output_tokens"]] = Field(
+        default_factory=list
+    )
 
 
 @router.post("/keys")
@@ -103,11 +111,14 @@ async def usage(
     gw: Gateway = Depends(admin_gateway),
 ) -> dict[str, Any]:
     """Ledger totals, like ``kimi-server usage``."""
+    if since is not None:
+        since = check_instant(since if since.tzinfo else since.replace(tzinfo=UTC), "since")
     key_id = None
     if key is not None:
+        check_text(key, "key")
         try:
             key_id = (await gw.keys.get(key)).id
-        except Exception:
+        except NotFoundError:
             key_id = key  # a static key's id
     return {"object": "list", "data": await usage_totals(gw.db, key_id=key_id, since=since, by=by)}
 

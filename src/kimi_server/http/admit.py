@@ -1,9 +1,11 @@
 """The one step a generating route takes before the engine: the key's limits, then its turn.
 
-The gateway (issue 10) reserves the key's requests, tokens and budget first, so a key over its
-limits is refused at once and never holds a place in the queue; then the request waits for a
-fair turn at the engine (issue 12). A reservation whose request never reaches the engine is
-given back. What comes back is the engine to call: metered when the gateway is on.
+The prompt is measured first (its size, then its tokens counted by the engine's own tokenizer:
+a 400 at once for what cannot fit). The gateway (issue 10) then reserves the key's requests,
+tokens (that count) and budget, so a key over its limits is refused at once and never holds a
+place in the queue; then the request waits for a fair turn at the engine (issue 12). A
+reservation whose request never reaches the engine is given back. What comes back is the
+engine to call: metered when the gateway is on.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from kimi_server.engines.base import Engine
 from kimi_server.engines.types import GenerationRequest
 from kimi_server.gate.auth import Principal
 from kimi_server.gate.gateway import MeteredEngine
-from kimi_server.http.overload import admit
+from kimi_server.http.overload import admit, measure_prompt
 from kimi_server.http.state import app_state
 
 
@@ -34,10 +36,14 @@ async def admit_request(
 ) -> Engine:
     """``searches``: web searches the server already ran for this request (billed with it)."""
     gateway = app_state(request).gateway
+    if gateway is not None:
+        gateway.check_model(principal, gen.model)  # a model the key may not use: 404 first
+    # The prompt's size (400s) and its real token count, before anything is reserved.
+    prompt_tokens = await measure_prompt(request, engine, gen, param=param)
     if gateway is None:
         await admit(request, principal, engine, gen, param=param)
         return engine
-    ticket = await gateway.admit(request, principal, gen, endpoint)
+    ticket = await gateway.admit(request, principal, gen, endpoint, prompt_tokens=prompt_tokens)
     try:
         await admit(request, principal, engine, gen, param=param)
     except BaseException:

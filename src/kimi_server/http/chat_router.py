@@ -10,9 +10,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from kimi_server.gate.auth import Principal
 from kimi_server.http.admit import admit_request
 from kimi_server.http.overload import until_disconnected
-from kimi_server.http.sse import chat_sse, prime
+from kimi_server.http.sse import chat_event_sse, prime
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.media import intake as media_intake  # Media input (issue 11)
+from kimi_server.policy.output_caps import output_defaults
+from kimi_server.policy.profiles import contracts
 from kimi_server.protocol.chat import ChatCompletionRequest
 from kimi_server.protocol.common import ErrorBody
 from kimi_server.serving import chat
@@ -42,6 +44,8 @@ async def create_chat_completion(
         budgets=state.settings.budgets,
         namespace=principal.key_id,
         accepts_images=engine.accepts_images() if engine else False,
+        output_defaults=output_defaults(state.settings, principal.output_cap),
+        contracts=contracts(state.settings),
     )
     engine = state.engines.for_model(gen.model)
     # Media input (issue 11): every image and video checked, as data URLs, before the engine.
@@ -57,9 +61,8 @@ async def create_chat_completion(
         return JSONResponse(await until_disconnected(request, chat.complete(engine, gen)))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     events = await until_disconnected(request, prime(engine.generate(gen)))
-    chunks = chat.stream_chunks(events, gen.model, include_usage=include_usage)
     return StreamingResponse(
-        chat_sse(chunks),
+        chat_event_sse(events, gen.model, include_usage=include_usage),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -1,21 +1,42 @@
-"""Gateway (issue 10): ``GET /metrics`` in Prometheus text format; behind a key unless
-``metrics_public`` is set."""
+"""Gateway (issue 10): ``GET /metrics`` in Prometheus text format.
+
+It shows every key's traffic, so it is for operators: the admin key reads it, tenant keys are
+refused (403), and ``metrics_public`` opens it to anyone (a scraper on a private network).
+"""
 
 from __future__ import annotations
+
+import hmac
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from kimi_server.http.state import app_state, authenticated
+from kimi_server.errors import APIError, AuthenticationError, PermissionDeniedError
+from kimi_server.gate.auth import digest
+from kimi_server.http.state import app_state
 
 router = APIRouter(include_in_schema=False)
 
 
+def metrics_refusal(admin_key: str | None, authorization: str | None) -> APIError | None:
+    """Why this ``Authorization`` header may not read /metrics, or None."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return AuthenticationError("/metrics needs the admin key as 'Authorization: Bearer ADMIN_KEY'.")
+    if not admin_key or not hmac.compare_digest(digest(token.strip()), digest(admin_key)):
+        return PermissionDeniedError(
+            "Only the admin key may read /metrics (or the server is started with metrics_public = true)."
+        )
+    return None
+
+
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    state = app_state(request)
-    if not state.settings.metrics_public:
-        await authenticated(request)
+    settings = app_state(request).settings
+    if not settings.metrics_public:
+        refusal = metrics_refusal(settings.admin_key, request.headers.get("authorization"))
+        if refusal is not None:
+            raise refusal
     gateway_metrics = request.app.state.kimi_metrics
     return Response(gateway_metrics.render(), media_type=CONTENT_TYPE_LATEST)

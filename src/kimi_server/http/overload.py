@@ -1,8 +1,9 @@
 """Overload and abuse at the HTTP edge (issue 12).
 
-- ``admit``: the one step a generating route takes before the engine: the prompt's size is
-  checked (a 400 at once for what cannot fit), then the request waits its turn in the engine's
-  fair queue (``gate/admission.py``). The ticket is released when the request's response is
+- ``measure_prompt``: the prompt's size, before anything is reserved: characters first, then
+  the engine's own token count where it can tell (a 400 at once for what cannot fit).
+- ``admit``: the one step a generating route takes before the engine: the request waits its
+  turn in the engine's fair queue (``gate/admission.py``). The ticket is released when the request's response is
   done or abandoned, streaming included.
 - ``until_disconnected``: runs a non-streaming generation, and stops it when the client leaves.
 - ``OverloadGuard``: pure ASGI, before any route: the key is checked before the body is read,
@@ -18,17 +19,19 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kimi_server.engines.base import Engine
+from kimi_server.engines.base import Engine, PromptCounter
 from kimi_server.engines.owner import current_owner
 from kimi_server.engines.types import GenerationRequest
-from kimi_server.errors import APIError, AuthenticationError, InvalidRequestError
+from kimi_server.errors import APIError, AuthenticationError, InvalidRequestError, RequestTimeoutError
 from kimi_server.gate.admission import Admission, AdmissionLimits, Ticket
 from kimi_server.gate.auth import KeyRing, Principal
+from kimi_server.http.admin_key import admin_key_refusal
+from kimi_server.http.connections import BODY_TIMED_OUT
 from kimi_server.http.errors import error_headers
 from kimi_server.settings import Settings
 
@@ -144,17 +147,55 @@ def too_many_messages(count: int, limit: int, param: str) -> InvalidRequestError
     )
 
 
+def check_prompt_tokens(
+    tokens: int, gen: GenerationRequest, limits: PromptLimits, *, bound: int | None, param: str
+) -> None:
+    """The prompt's real token count against the window, with room for the least output the
+    request must be able to give (its reasoning floor and one answer token, or its whole output
+    cap where that is smaller), then against the operator's bound on one prompt."""
+    room = min(gen.max_output_tokens, gen.budget.floor + 1)
+    if tokens + room > limits.window:
+        raise InvalidRequestError(
+            f"'{param}' is {tokens} tokens long; with {room} tokens of output it needs "
+            f"{tokens + room}, more than this model's context window of {limits.window} tokens. "
+            "Shorten the conversation.",
+            param=param,
+            code="context_length_exceeded",
+        )
+    if bound is not None and tokens > bound:
+        raise InvalidRequestError(
+            f"'{param}' is {tokens} tokens long; this server takes prompts of at most {bound} "
+            "tokens on this model (max_prompt_tokens). Shorten the conversation.",
+            param=param,
+            code="context_length_exceeded",
+        )
+
+
+async def measure_prompt(request: Request, engine: Engine, gen: GenerationRequest, *, param: str) -> int | None:
+    """The prompt's size, checked before the request reserves or waits for anything: first the
+    cheap bound on messages, parts and characters (nothing tokenized, so a huge body costs
+    little), then the engine's own token count (400s naming the numbers). Returns that count;
+    None for an engine that cannot count (sized by characters only)."""
+    limits = admission_set(request.app).prompt_limits(engine)
+    check_prompt_size(gen, limits, param=param)
+    if not isinstance(engine, PromptCounter):
+        return None
+    tokens = await engine.count_prompt_tokens(gen)
+    if tokens is not None:
+        check_prompt_tokens(tokens, gen, limits, bound=engine.prompt_token_limit(), param=param)
+    return tokens
+
+
 async def admit(
     request: Request, principal: Principal, engine: Engine, gen: GenerationRequest, *, param: str
 ) -> Ticket:
-    """Size check, then a fair turn at the engine. The guard releases the ticket at the end of
-    the request (response sent, stream ended or client gone); ``ticket.release()`` may do it
-    sooner."""
+    """A fair turn at the engine, for a request whose size ``measure_prompt`` checked. The guard
+    releases the ticket at the end of the request (response sent, stream ended or client gone);
+    ``ticket.release()`` may do it sooner."""
     tickets: list[Ticket] | None = request.scope.get(TICKETS)
     if tickets is None:
         raise RuntimeError("OverloadGuard is not installed")
     admissions = admission_set(request.app)
-    check_prompt_size(gen, admissions.prompt_limits(engine), param=param)
     current_owner.set(principal.key_id)  # per-tenant engine counters (engines/owner.py)
     # A client that leaves while waiting gives its place back (nothing else would notice).
     ticket = await until_disconnected(
@@ -214,8 +255,9 @@ class OverloadGuard:
         self.keys = keys
         # Stored keys (the gateway) need a lookup; without one the static key ring decides.
         self.check_key = check_key
-        self.public_metrics = settings.metrics_public
         self.public_docs = settings.public_docs
+        # None: the admin API is off (it lives in the gateway's store).
+        self.admin_key = settings.admin_key if settings.gateway_enabled else None
         self.max_depth = settings.max_json_depth
         self.max_messages = PromptLimits.from_settings(settings).max_messages
 
@@ -235,34 +277,60 @@ class OverloadGuard:
         headers = dict(scope.get("headers") or ())
         path = scope.get("path", "")
         has_body = headers.get(b"content-length", b"0") not in (b"0", b"") or b"transfer-encoding" in headers
-        if self._needs_key(path):
-            raw = headers.get(b"authorization")
-            authorization = raw.decode("latin-1") if raw is not None else None
-            try:
-                if self.check_key is not None:
-                    await self.check_key(authorization)
-                else:
-                    self.keys.authenticate(authorization)
-            except AuthenticationError as exc:
-                # Checked before the body is read; an unread body ends the connection.
-                await _send_error(send, exc, close=has_body)
-                return
-        if scope.get("method") != "POST" or not has_body:
+        raw = headers.get(b"authorization")
+        refusal = await self._refusal(path, raw.decode("latin-1") if raw is not None else None)
+        if refusal is not None:
+            # Checked before the body is read; an unread body ends the connection.
+            await _send_error(send, refusal, close=has_body)
+            return
+        if not has_body:
             await self.app(scope, receive, send)
             return
+        if scope.get("method") != "POST" or self._key_for(path) is None:
+            # A body this guard does not check (a keyless route's, say) is not read here:
+            # if the route leaves it unread too, the answer ends the connection.
+            closing_receive, closing_send = _closing_if_unread(receive, send)
+            await self.app(scope, closing_receive, closing_send)
+            return
         body = await _read_body(receive)
+        if body is None:
+            # The client left, or its body came too slowly and the connection already got its
+            # 408 (http/connections.py). Nobody reads this answer: it is for the request log.
+            ended: APIError = ClientGone()
+            if scope.get(BODY_TIMED_OUT):
+                ended = RequestTimeoutError("The request body came too slowly.")
+            await _send_error(send, ended, close=True)
+            return
         problem = self._check_json(body, path)
         if problem is not None:
             await _send_error(send, problem, close=False)
             return
         await self.app(scope, _replay(body, receive), send)
 
-    def _needs_key(self, path: str) -> bool:
-        if path in PUBLIC_PATHS or path.startswith(ADMIN_PREFIX):  # the admin API has its own key
-            return False
-        if self.public_docs and path in DOCS_PATHS:
-            return False
-        return not (self.public_metrics and path == METRICS_PATH)
+    async def _refusal(self, path: str, authorization: str | None) -> APIError | None:
+        """Why this request may not go on, decided on its head alone; None if it may."""
+        needed = self._key_for(path)
+        if needed == "admin":
+            return admin_key_refusal(self.admin_key, authorization)
+        if needed == "tenant":
+            try:
+                if self.check_key is not None:
+                    await self.check_key(authorization)
+                else:
+                    self.keys.authenticate(authorization)
+            except AuthenticationError as exc:
+                return exc
+        return None
+
+    def _key_for(self, path: str) -> Literal["admin", "tenant"] | None:
+        """The key a path needs: the admin key, an API key, or none."""
+        if path.startswith(ADMIN_PREFIX):
+            return "admin"
+        if path in PUBLIC_PATHS or (self.public_docs and path in DOCS_PATHS):
+            return None
+        if path == METRICS_PATH:  # every key's traffic: the admin key, checked by the route itself
+            return None
+        return "tenant"
 
     def _check_json(self, body: bytes, path: str) -> InvalidRequestError | None:
         """Cheap checks first (C-speed scans of the bytes), so that a hostile body costs little:
@@ -346,16 +414,35 @@ def _too_deep(max_depth: int) -> InvalidRequestError:
     )
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole body; None if the connection ended first."""
     chunks: list[bytes] = []
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            break  # the client left; the route sees an empty body and nobody reads the answer
+            return None
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
+            return b"".join(chunks)
+
+
+def _closing_if_unread(receive: Receive, send: Send) -> tuple[Receive, Send]:
+    """Adds ``Connection: close`` to an answer sent before the body was read to its end: the
+    rest of it is never read, so the connection cannot serve another request."""
+    finished = False
+
+    async def tracking_receive() -> Message:
+        nonlocal finished
+        message = await receive()
+        finished = finished or message["type"] != "http.request" or not message.get("more_body", False)
+        return message
+
+    async def closing_send(message: Message) -> None:
+        if message["type"] == "http.response.start" and not finished:
+            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await send(message)
+
+    return tracking_receive, closing_send
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

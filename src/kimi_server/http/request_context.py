@@ -26,6 +26,7 @@ from kimi_server.gate.gateway import (
     STATE_USAGE,
 )
 from kimi_server.gate.metrics import Metrics
+from kimi_server.log_json import Fields
 from kimi_server.logsafe import log_failure
 
 log = logging.getLogger("kimi_server.requests")
@@ -117,7 +118,8 @@ class RequestContext:
             self.metrics.rejections.labels("auth").inc()
         if not log.isEnabledFor(logging.INFO):
             return
-        line: dict[str, Any] = {
+        line = Fields({
+            "message": "request",
             "request_id": server_id,
             "client_request_id": client_id,
             "method": scope.get("method"),
@@ -126,10 +128,10 @@ class RequestContext:
             "duration_ms": round(elapsed * 1000, 3),
             "key_id": state.get(STATE_KEY),
             "model": model or None,
-        }
+        })
         usage = state.get(STATE_USAGE)
         if usage:
             for field in ("prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tokens", "cost_nanos",
                           "ttft_ms"):
                 line[field] = usage[field]
-        log.info(json.dumps(line, separators=(",", ":")))
+        log.info(line)  # encoded once, by the log's formatter (log_json.py)

@@ -15,6 +15,8 @@ from kimi_server.http.overload import until_disconnected
 from kimi_server.http.sse import event_frame, prime
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.media import intake as media_intake  # Media input (issue 11)
+from kimi_server.policy.output_caps import output_defaults
+from kimi_server.policy.profiles import contracts
 from kimi_server.protocol.common import ErrorBody
 from kimi_server.protocol.responses import ResponsesRequest
 from kimi_server.serving import (
@@ -55,6 +57,8 @@ async def create_response(
         key_id=principal.key_id,
         accepts_images=engine.accepts_images() if engine else False,
         sealer=state.sealer,
+        output_defaults=output_defaults(state.settings, principal.output_cap),
+        contracts=contracts(state.settings),
     )
     engine = state.engines.for_model(plan.gen.model)
     # Web search (issue 11): the server searches within this one request.

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from kimi_server.errors import InvalidRequestError, NotFoundError
 from kimi_server.policy.catalogue import KNOWN_EFFORTS, ModelSpec, SamplingRule, find_model
+from kimi_server.policy.profiles import DEFAULT_PROFILE, ContractProfile, ThinkingField
 
 
 def resolve_model(model_id: str, served: frozenset[str] | None = None) -> ModelSpec:
@@ -40,22 +42,88 @@ def resolve_effort(spec: ModelSpec, effort: str | None, *, param: str) -> str:
     return level
 
 
-def check_sampling(spec: ModelSpec, name: str, value: float | None) -> None:
-    """K3.1 ignores temperature/top_p; kimi-k3 accepts only the fixed values."""
+SamplingField = Literal["temperature", "top_p", "presence_penalty", "frequency_penalty"]
+SAMPLING_FIELDS: tuple[SamplingField, ...] = (
+    "temperature", "top_p", "presence_penalty", "frequency_penalty"
+)
+
+
+def check_sampling(
+    spec: ModelSpec,
+    name: SamplingField,
+    value: float | None,
+    *,
+    profile: ContractProfile = DEFAULT_PROFILE,
+    reasoning: bool = True,
+) -> None:
+    """A profile that fixes the model's sampling accepts only its values for the mode; else
+    K3.1 ignores temperature/top_p, kimi-k3 accepts only the catalogue's fixed values, and the
+    penalties are ignored."""
     if value is None:
         return
+    fixed_set = profile.sampling_for(spec.id, reasoning=reasoning)
+    if fixed_set is None and name.endswith("_penalty"):
+        return  # the reference lists them among the fields OpenAI clients send, ignored
     if not math.isfinite(value):
         raise InvalidRequestError(f"'{name}' must be a finite number.", param=name)
-    if spec.sampling is SamplingRule.IGNORE:
+    if fixed_set is not None:
+        fixed: float = getattr(fixed_set, name)
+        mode = " with thinking enabled" if reasoning else " with thinking disabled"
+    elif spec.sampling is SamplingRule.IGNORE:
         return
-    fixed = spec.fixed_temperature if name == "temperature" else spec.fixed_top_p
+    else:
+        fixed = spec.fixed_temperature if name == "temperature" else spec.fixed_top_p
+        mode = ""
     if not math.isclose(value, fixed, rel_tol=0, abs_tol=1e-9):
         raise InvalidRequestError(
-            f"'{name}' = {value} is not supported by {spec.id}: it is fixed at {fixed}; "
+            f"'{name}' = {value} is not supported by {spec.id}{mode}: it is fixed at {fixed}; "
             "omit this field.",
             param=name,
             code="unsupported_value",
         )
+
+
+def fixed_temperature(spec: ModelSpec, profile: ContractProfile, *, reasoning: bool) -> float:
+    """The temperature the model runs at, as a Responses object repeats it."""
+    fixed_set = profile.sampling_for(spec.id, reasoning=reasoning)
+    return fixed_set.temperature if fixed_set is not None else spec.fixed_temperature
+
+
+THINKING_TYPES = ("enabled", "disabled")
+
+
+def _shown(value: object) -> str:
+    """A client's value in an error message, cut short: it may be any JSON."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def resolve_thinking(profile: ContractProfile, value: object, *, param: str = "thinking") -> bool:
+    """Whether the request reasons. Under a profile that ignores the field, always (whatever it
+    holds: the reference says reasoning is always on); else ``{"type": "enabled" | "disabled"}``
+    with an optional ``keep``, and anything else is a 400 naming the part at fault."""
+    if profile.thinking is ThinkingField.IGNORED or value is None:
+        return True
+    if not isinstance(value, dict):
+        raise InvalidRequestError(
+            f"'{param}' must be an object such as {{\"type\": \"disabled\"}}.", param=param
+        )
+    kind = value.get("type")
+    if kind not in THINKING_TYPES:
+        raise InvalidRequestError(
+            f"Invalid value for '{param}.type': {_shown(kind)}. Expected 'enabled' or 'disabled'.",
+            param=f"{param}.type",
+            code="invalid_value",
+        )
+    keep = value.get("keep")
+    if keep not in profile.thinking_keep:
+        allowed = " or ".join("null" if k is None else repr(k) for k in profile.thinking_keep)
+        raise InvalidRequestError(
+            f"Invalid value for '{param}.keep': {_shown(keep)}. Expected {allowed}.",
+            param=f"{param}.keep",
+            code="invalid_value",
+        )
+    return bool(kind == "enabled")
 
 
 def resolve_max_output(
@@ -65,13 +133,15 @@ def resolve_max_output(
     primary_name: str,
     legacy: int | None = None,
     legacy_name: str | None = None,
+    default: int | None = None,
 ) -> int:
     """The output cap (reasoning + answer). With both set, the primary wins over the deprecated
-    alias: the reference only advises against sending both (issue 8)."""
+    alias: the reference only advises against sending both (issue 8). ``default``: the cap when
+    the request names none (policy/output_caps.py); else the catalogue's."""
     value = primary if primary is not None else legacy
     name = primary_name if primary is not None else (legacy_name or primary_name)
     if value is None:
-        return spec.default_max_output_tokens
+        return default if default is not None else spec.default_max_output_tokens
     if value < 1 or value > spec.max_output_tokens:
         raise InvalidRequestError(
             f"'{name}' must be between 1 and {spec.max_output_tokens}; got {value}.",

@@ -162,3 +162,7 @@ class ChatCompletionRequest(WireModel):
     top_logprobs: int | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None
+    # Moonshot's reasoning switch, {"type": "enabled" | "disabled"}: checked by the contract
+    # profile (policy/rules.py:resolve_thinking), which may also ignore it.
+    thinking: Any = Field(default=None, description='Moonshot\'s switch, {"type": "enabled" | "disabled"}; '
+                          "it applies under the moonshot contract only")

@@ -126,6 +126,10 @@ class ResponsesRequest(WireModel):
     top_logprobs: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    # Moonshot's reasoning switch, {"type": "enabled" | "disabled"}: checked by the contract
+    # profile (policy/rules.py:resolve_thinking), which may also ignore it.
+    thinking: Any = Field(default=None, description='Moonshot\'s switch, {"type": "enabled" | "disabled"}; '
+                          "it applies under the moonshot contract only")
 
 
 # --- input items -----------------------------------------------------------------------------

@@ -69,8 +69,10 @@ async def complete(engine: Engine, request: GenerationRequest) -> dict[str, Any]
     message: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(content) if content or not calls.calls else None,
-        "reasoning_content": "".join(reasoning),
     }
+    # Absent, not empty, when the client switched reasoning off (as Moonshot answers then).
+    if request.reasoning:
+        message["reasoning_content"] = "".join(reasoning)
     if calls.calls:
         message["tool_calls"] = calls.result()
     return {
@@ -85,35 +87,38 @@ async def complete(engine: Engine, request: GenerationRequest) -> dict[str, Any]
     }
 
 
-async def stream_chunks(
-    events: AsyncIterator[EngineEvent], model: str, *, include_usage: bool
-) -> AsyncIterator[dict[str, Any]]:
-    """Chunk objects in order; the caller frames them as SSE and appends ``[DONE]``."""
-    base = {
-        "id": new_id("chatcmpl-"),
-        "object": "chat.completion.chunk",
-        "created": now(),
-        "model": model,
-    }
+class ChunkBuilder:
+    """A stream's chunk objects: one envelope (id, created, model) for all of them."""
 
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    def __init__(self, model: str, *, include_usage: bool) -> None:
+        self.include_usage = include_usage
+        self.base = {
+            "id": new_id("chatcmpl-"),
+            "object": "chat.completion.chunk",
+            "created": now(),
+            "model": model,
+        }
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         out = {
-            **base,
+            **self.base,
             "choices": [
                 {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
             ],
         }
-        if include_usage:
+        if self.include_usage:
             out["usage"] = None
         return out
 
-    yield chunk({"role": "assistant"})
-    async for event in events:
+    def first(self) -> dict[str, Any]:
+        return self.chunk({"role": "assistant"})
+
+    def chunks(self, event: EngineEvent) -> list[dict[str, Any]]:
         if isinstance(event, ReasoningDelta):
-            yield chunk({"reasoning_content": event.text})
-        elif isinstance(event, ContentDelta):
-            yield chunk({"content": event.text})
-        elif isinstance(event, ToolCallDelta):
+            return [self.chunk({"reasoning_content": event.text})]
+        if isinstance(event, ContentDelta):
+            return [self.chunk({"content": event.text})]
+        if isinstance(event, ToolCallDelta):
             call: dict[str, Any] = {"index": event.index}
             if event.id is not None:
                 call.update(id=event.id, type=event.kind)
@@ -121,8 +126,21 @@ async def stream_chunks(
             if event.name is not None:
                 fn["name"] = event.name
             call["function"] = fn
-            yield chunk({"tool_calls": [call]})
-        elif isinstance(event, Finish):
-            yield chunk({}, event.reason)
-            if include_usage:
-                yield {**base, "choices": [], "usage": usage_dict(event.usage)}
+            return [self.chunk({"tool_calls": [call]})]
+        if isinstance(event, Finish):
+            out = [self.chunk({}, event.reason)]
+            if self.include_usage:
+                out.append({**self.base, "choices": [], "usage": usage_dict(event.usage)})
+            return out
+        return []
+
+
+async def stream_chunks(
+    events: AsyncIterator[EngineEvent], model: str, *, include_usage: bool
+) -> AsyncIterator[dict[str, Any]]:
+    """Chunk objects in order; the caller frames them as SSE and appends ``[DONE]``."""
+    builder = ChunkBuilder(model, include_usage=include_usage)
+    yield builder.first()
+    async for event in events:
+        for chunk in builder.chunks(event):
+            yield chunk

@@ -15,6 +15,7 @@ from kimi_server.engines.types import (
 )
 from kimi_server.errors import InvalidRequestError
 from kimi_server.policy import rules
+from kimi_server.policy.profiles import DEFAULT_PROFILE, ContractProfile
 from kimi_server.protocol.chat import (
     BuiltinFunctionTool,
     ChatCompletionRequest,
@@ -120,17 +121,22 @@ def build_chat_request(
     budgets: Mapping[str, Any],
     namespace: str,
     accepts_images: bool,
+    output_defaults: Mapping[str, int] | None = None,
+    contracts: Mapping[str, ContractProfile] | None = None,
 ) -> GenerationRequest:
     spec = rules.resolve_model(body.model, served)
+    profile = (contracts or {}).get(spec.id, DEFAULT_PROFILE)
     effort = rules.resolve_effort(spec, body.reasoning_effort, param="reasoning_effort")
-    rules.check_sampling(spec, "temperature", body.temperature)
-    rules.check_sampling(spec, "top_p", body.top_p)
+    reasoning = rules.resolve_thinking(profile, body.thinking)
+    for name in rules.SAMPLING_FIELDS:
+        rules.check_sampling(spec, name, getattr(body, name), profile=profile, reasoning=reasoning)
     max_out = rules.resolve_max_output(
         spec,
         primary=body.max_completion_tokens,
         primary_name="max_completion_tokens",
         legacy=body.max_tokens,
         legacy_name="max_tokens",
+        default=(output_defaults or {}).get(spec.id),
     )
     options = body.prompt_cache_options
     cache = rules.resolve_cache_options(
@@ -163,4 +169,5 @@ def build_chat_request(
         cache=cache_policy(spec, cache, namespace),
         stop=stop,
         seed=body.seed,
+        reasoning=reasoning,
     )

@@ -148,6 +148,8 @@ class ResponseBuilder:
         return self._finish(event)
 
     def _open_reasoning(self) -> list[Event]:
+        if not self.plan.gen.reasoning:
+            return []  # switched off by the client's ``thinking``: no reasoning item at all
         self.reasoning = _Reasoning(self._take_index(), Summarizer(self.plan.summary_chars))
         item = {
             "type": "reasoning",

@@ -20,6 +20,7 @@ from kimi_server.engines.types import (
 from kimi_server.engines.web_search_tool import WEB_SEARCH_NAME
 from kimi_server.errors import InvalidRequestError
 from kimi_server.policy import rules
+from kimi_server.policy.profiles import DEFAULT_PROFILE, ContractProfile
 from kimi_server.protocol.responses import (
     AllowedTools,
     CustomTool,
@@ -232,15 +233,20 @@ def build_responses_request(
     key_id: str,
     accepts_images: bool,
     sealer: Sealer,
+    output_defaults: Mapping[str, int] | None = None,
+    contracts: Mapping[str, ContractProfile] | None = None,
 ) -> ResponsesPlan:
     _refuse_stateful(body)
     spec = rules.resolve_model(body.model, served)
+    profile = (contracts or {}).get(spec.id, DEFAULT_PROFILE)
     requested_effort = body.reasoning.effort if body.reasoning else None
     effort = rules.resolve_effort(spec, requested_effort, param="reasoning.effort")
-    rules.check_sampling(spec, "temperature", body.temperature)
-    rules.check_sampling(spec, "top_p", body.top_p)
+    reasoning = rules.resolve_thinking(profile, body.thinking)
+    for name in rules.SAMPLING_FIELDS:
+        rules.check_sampling(spec, name, getattr(body, name), profile=profile, reasoning=reasoning)
     max_out = rules.resolve_max_output(
-        spec, primary=body.max_output_tokens, primary_name="max_output_tokens"
+        spec, primary=body.max_output_tokens, primary_name="max_output_tokens",
+        default=(output_defaults or {}).get(spec.id),
     )
     options = body.prompt_cache_options
     cache = rules.resolve_cache_options(spec, options.model_dump() if options else None)
@@ -280,6 +286,7 @@ def build_responses_request(
         output_format=fmt,
         cache=cache_policy(spec, cache, key_id),
         prompt_param="input",
+        reasoning=reasoning,
     )
     text_echo: dict[str, Any] = {"format": fmt_echo}
     if body.text and body.text.verbosity:
@@ -291,7 +298,7 @@ def build_responses_request(
         "tools": tools.echo,
         "tool_choice": choice_echo,
         "max_output_tokens": max_out,
-        "temperature": spec.fixed_temperature,
+        "temperature": rules.fixed_temperature(spec, profile, reasoning=reasoning),
         "top_p": spec.fixed_top_p,
         "parallel_tool_calls": parallel,
         "prompt_cache_options": cache.as_dict(),

@@ -29,6 +29,7 @@ MAX_ENUM = 256  # values in one enum
 MAX_ALTERNATIVES = 32  # members of one anyOf/oneOf/allOf/prefixItems
 MAX_COUNT = 4096  # minItems/maxItems/minLength/maxLength
 MAX_PATTERN = 512  # characters in one pattern
+MAX_REF_STEPS = 10_000  # references and combinator members followed to check for loops
 
 TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 FORMATS = frozenset(
@@ -84,6 +85,8 @@ class _Walker:
     def __init__(self, root: dict[str, Any], strict: bool) -> None:
         self.root = root
         self.strict = strict
+        self.ref_steps = 0
+        self.grounded: set[int] = set()  # nodes known to describe a value, whatever the path
 
     def walk(self, node: Any, path: str, depth: int) -> None:
         if isinstance(node, bool):
@@ -179,13 +182,53 @@ class _Walker:
         where = f"{path}.$ref"
         if not isinstance(ref, str) or not ref.startswith("#"):
             raise _bad(where, "only local references ('#/$defs/...') are supported.")
+        target = self._resolve(ref)
+        if target is None:
+            raise _bad(where, f"the reference {ref!r} does not resolve within the schema.")
+        # A reference that only leads back to itself (through other references, allOf, or
+        # anyOf/oneOf members that all loop) describes no value: the grammar cannot end it.
+        if not self._grounded(target, {id(node)}, where):
+            raise _bad(where, f"the reference {ref!r} loops back to itself without describing a value.")
+
+    def _resolve(self, ref: Any) -> Any:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            return None
         target: Any = self.root
         for raw in ref[1:].split("/")[1:]:
             part = raw.replace("~1", "/").replace("~0", "~")
             if isinstance(target, dict) and part in target:
                 target = target[part]
             else:
-                raise _bad(where, f"the reference {ref!r} does not resolve within the schema.")
+                return None
+        return target
+
+    def _grounded(self, node: Any, path: set[int], where: str) -> bool:
+        """Whether ``node`` describes some value without following a reference back onto
+        ``path`` (the nodes being resolved). Structure (properties, items) ends the search:
+        recursion through it nests values, and the grammar bounds that."""
+        if not isinstance(node, dict) or id(node) in self.grounded:
+            return True
+        self.ref_steps += 1
+        if self.ref_steps > MAX_REF_STEPS:
+            raise _bad(where, "the references are too entangled to check; simplify them.")
+        if id(node) in path:
+            return False
+        path = path | {id(node)}
+        if "$ref" in node:
+            target = self._resolve(node["$ref"])
+            if target is not None and not self._grounded(target, path, where):
+                return False
+        members = node.get("allOf")
+        if isinstance(members, list) and not all(self._grounded(m, path, where) for m in members):
+            return False
+        for key in ("anyOf", "oneOf"):
+            members = node.get(key)
+            if isinstance(members, list) and members and not any(
+                self._grounded(m, path, where) for m in members
+            ):
+                return False
+        self.grounded.add(id(node))  # a finite way to a value exists: it holds on any path
+        return True
 
     def _children(self, node: dict[str, Any], path: str, depth: int) -> None:
         for key in _SUBSCHEMA_MAPS:

@@ -69,7 +69,7 @@ class Sealer:
 def load_or_create_key(path: Path) -> bytes:
     """Reads the key file, or makes one (mode 0600) when it does not exist yet."""
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only when we make it
         # Written aside, then linked into place: a concurrent reader never sees a half key.
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -7,6 +7,9 @@ committed ledger row survives a crash; PostgreSQL is used when ``database_url`` 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, create_engine, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
+log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).parent / "migrations"
 # Taken by whichever instance migrates first, so several starting together don't collide.
 _PG_MIGRATION_LOCK = 0x6B696D69
@@ -52,6 +56,8 @@ class Database:
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", self._sqlite_pragmas)
+            if self.engine.url.database and self.engine.url.database != ":memory:":
+                private_sqlite_file(Path(self.engine.url.database))
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 
     @classmethod
@@ -59,7 +65,7 @@ class Database:
         cls, database_url_setting: str | None, data_dir: Path, sqlite_synchronous: str = "full"
     ) -> Database:
         if not database_url_setting:
-            data_dir.mkdir(parents=True, exist_ok=True)
+            data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only when we make it
         return cls(database_url(database_url_setting, data_dir), sqlite_synchronous)
 
     async def migrate(self) -> None:
@@ -99,6 +105,29 @@ class Database:
         cur.execute(f"PRAGMA synchronous={self.sqlite_synchronous}")
         cur.execute("PRAGMA busy_timeout=10000")
         cur.close()
+
+
+def private_sqlite_file(path: Path) -> None:
+    """The database holds key digests and every tenant's usage, so it is owner-only (0600).
+    SQLite gives its -wal and -shm files the database file's mode, so creating it 0600 (an
+    empty file is an empty database) covers them; an existing one readable by others is fixed."""
+    if not path.parent.is_dir():
+        return  # SQLite reports the missing directory itself
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        return
+    except FileExistsError:
+        pass
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            mode = stat.S_IMODE(file.stat().st_mode)
+            if mode & 0o077:
+                os.chmod(file, 0o600)
+                log.warning("%s was readable by other users (mode %04o); its mode is now 0600", file, mode)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("%s is readable by other users and its mode could not be changed: %s", file, exc.strerror)
 
 
 def _upgrade(conn: Connection) -> None:

@@ -26,6 +26,8 @@ class ApiKeyRow(Base):
     budget_nanos: Mapped[int | None] = mapped_column(BigInteger)
     spent_nanos: Mapped[int] = mapped_column(BigInteger, default=0)
     models: Mapped[str | None] = mapped_column(Text)  # comma-separated model ids; None: all
+    # Output tokens of a request that names no cap; None: the model's default (settings).
+    max_output_tokens: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -46,6 +48,8 @@ class UsageRow(Base):
     cache_ttl: Mapped[str] = mapped_column(String(8))
     reasoning_tokens: Mapped[int] = mapped_column(Integer)
     completion_tokens: Mapped[int] = mapped_column(Integer)
+    # engine | server_count | server_estimate: who counted the tokens (engines/types.py UsageSource)
+    usage_source: Mapped[str] = mapped_column(String(16), server_default="engine")
     web_search_calls: Mapped[int] = mapped_column(Integer)
     cost_nanos: Mapped[int] = mapped_column(BigInteger)
     ttft_ms: Mapped[float | None] = mapped_column(Float)

@@ -8,29 +8,35 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
+from kimi_server.engines.llamacpp.cpu_wait import apply_wait_level
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
-from kimi_server.engines.llamacpp.multimodal import media_of
+from kimi_server.engines.llamacpp.multimodal import MEDIA_MARKER, media_of
 from kimi_server.engines.llamacpp.phases import (
     PhaseContext,
     Tally,
     answer_turn,
     prompted_generation,
 )
+from kimi_server.engines.llamacpp.prefill import prefill_in_turns, turns_to_run
 from kimi_server.engines.llamacpp.prompt_cache import CacheLimits, CacheStats, PromptCacheLedger
+from kimi_server.engines.llamacpp.repetition import RepetitionLimits
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
+from kimi_server.engines.llamacpp.tokenizer import PromptTokenizer, load_prompt_tokenizer
 from kimi_server.engines.types import EngineEvent, GenerationRequest
 from kimi_server.engines.web_search_tool import expose_web_search
 from kimi_server.errors import EngineUnavailableError
 from kimi_server.parsers.reasoning import get_reasoning_format
 
 log = logging.getLogger(__name__)
+IMAGE_TOKENS_ESTIMATE = 768  # an image's prompt tokens before the projector has seen it
+MMPROJ_MIN_BATCH = 512  # llama.cpp's default micro-batch: room for one image's tokens at once
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,9 @@ class EmbeddedConfig:
     model_path: Path
     n_ctx: int = 32768
     n_parallel: int = 8
-    n_threads: int = 0  # 0: one per core
+    n_threads: int = 0  # 0: one per core this process may run on
+    # How long llama.cpp's threads spin before they sleep: 0 sleeps at once (cpu_wait.py).
+    cpu_poll: int = 0
     reasoning_format: str = "prompted"
     temperature: float = 0.7
     top_p: float = 0.95
@@ -51,16 +59,29 @@ class EmbeddedConfig:
     cache_ttl_scale: float = 1.0
     cache_groups: dict[str, str] | None = None  # key id -> shared namespace
     mmproj: Path | None = None  # multimodal projector: the model sees images (issue 11)
+    # The most prompt tokens one request may bring (None: the window), and the turns a prompt
+    # is read in, alone and beside other requests (prefill.py, docs/configuration.md).
+    max_prompt_tokens: int | None = None
+    prefill_turn: int = 512  # tokens of prompt per llama.cpp call on an idle engine (= n_batch)
+    prefill_turn_shared: int = 0  # the same while other requests run (0: no turns)
+    repetition: RepetitionLimits = field(default_factory=RepetitionLimits)  # ends looping answers
 
 
 def _threads(requested: int) -> int:
-    return requested if requested > 0 else max(1, os.cpu_count() or 1)
+    if requested > 0:
+        return requested
+    # The cores this process may run on (a container's or taskset's CPU set), not the host's.
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity on this platform
+        return max(1, os.cpu_count() or 1)
 
 
 class EmbeddedEngine:
     def __init__(self, config: EmbeddedConfig) -> None:
         self.config = config
         self.name = f"embedded:{config.model_path.name}"
+        apply_wait_level(config.cpu_poll)  # before anything imports xllamacpp
         self.fmt = get_reasoning_format(config.reasoning_format)
         info = read_gguf_info(config.model_path)
         self.template = ChatTemplate(
@@ -70,6 +91,7 @@ class EmbeddedEngine:
         self._runner: CompletionRunner | None = None
         self._checker: GrammarChecker | None = None
         self._server: Any = None
+        self._tokenizer: PromptTokenizer | None = None
         self._scrubs: set[asyncio.Task[None]] = set()
         self.cache = PromptCacheLedger(
             CacheLimits(
@@ -113,6 +135,9 @@ class EmbeddedEngine:
         # One unified KV cache: a single request may use all of it (issue 8).
         return self.config.n_ctx
 
+    def prompt_token_limit(self) -> int | None:
+        return self.config.max_prompt_tokens
+
     def concurrency(self) -> int:
         return self.config.n_parallel
 
@@ -125,13 +150,22 @@ class EmbeddedEngine:
             **self.cache.totals(),
         }
 
+    async def probe(self) -> dict[str, Any]:
+        """One output token on the utility slot, bounded in time (``/health?deep=1``)."""
+        from kimi_server.engines.llamacpp.health import one_token
+
+        return {"model": self.config.model_path.name, **await one_token(self._runner, self.utility_slot)}
+
     async def start(self) -> None:
         if self._runner is None:
+            self._tokenizer = await asyncio.to_thread(load_prompt_tokenizer, self.config.model_path)
+            log.info("prompt tokens of %s counted by %s", self.config.model_path.name, self._tokenizer.kind)
             self._server = await asyncio.to_thread(self._load)
             self._runner = CompletionRunner(self._server, max_workers=4 * self.slots, pinned=True)
             self._checker = GrammarChecker(self._runner, slot=self.utility_slot)
 
     def _load(self) -> Any:
+        apply_wait_level(self.config.cpu_poll)
         import xllamacpp  # imported late: loading it costs time and tests may not need it
 
         cfg = self.config
@@ -147,8 +181,16 @@ class EmbeddedEngine:
         params.cache_ram_mib = 0
         params.cache_idle_slots = False
         params.n_cache_reuse = 0  # reuse only true prefixes, never shifted chunks
-        params.cpuparams.n_threads = _threads(cfg.n_threads)
-        params.cpuparams_batch.n_threads = _threads(cfg.n_threads)
+        # One long turn of a prompt read alone is one step (prefill.py). llama.cpp needs room
+        # in one batch for a token of every slot (it aborts at load otherwise), and some
+        # projectors need a whole image in one batch.
+        floor = MMPROJ_MIN_BATCH if cfg.mmproj is not None else 0
+        params.n_batch = params.n_ubatch = max(cfg.prefill_turn, params.n_parallel, floor)
+        # No spinning by default: on cores shared with other work, threads spinning while they
+        # wait take the time the working ones need (cpu_wait.py).
+        for cpu in (params.cpuparams, params.cpuparams_batch):
+            cpu.n_threads = _threads(cfg.n_threads)
+            cpu.poll = cfg.cpu_poll
         params.ctx_shift = False  # never silently drop the start of a conversation
         params.warmup = False
         params.endpoint_metrics = False
@@ -178,6 +220,27 @@ class EmbeddedEngine:
             self._runner.shutdown()
         self._runner, self._server, self._checker = None, None, None
 
+    def _render(self, request: GenerationRequest) -> str:
+        history = (self.fmt.opener, self.fmt.closer)
+        return self.template.render(request.messages, tools=request.tools, history_reasoning=history)
+
+    async def count_prompt_tokens(self, request: GenerationRequest) -> int | None:
+        """The first call's prompt tokens, as llama.cpp will count them: the conversation
+        rendered through the chat template, tokenized by the model's own tokenizer (or bounded,
+        see tokenizer.py). Each image counts a fixed estimate: its tokens depend on the projector.
+        Runs in a worker thread, so a long prompt never stalls the event loop."""
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            return None
+        request = expose_web_search(request)
+
+        def count() -> int:
+            prompt = self._render(request)
+            images = prompt.count(MEDIA_MARKER)
+            return tokenizer.count(prompt.replace(MEDIA_MARKER, "")) + images * IMAGE_TOKENS_ESTIMATE
+
+        return await asyncio.to_thread(count)
+
     def _sampling(self) -> dict[str, Any]:
         return {"temperature": self.config.temperature, "top_p": self.config.top_p}
 
@@ -194,9 +257,7 @@ class EmbeddedEngine:
         # Earlier reasoning (a client's reasoning_content, a Responses reasoning item) is shown
         # back inside the format's tags, as the model's own thinking before that answer.
         history = (self.fmt.opener, self.fmt.closer)
-        prompt = await asyncio.to_thread(
-            self.template.render, request.messages, tools=request.tools, history_reasoning=history
-        )
+        prompt = await asyncio.to_thread(self._render, request)
         policy = request.cache
         lease = await self.cache.acquire(policy.namespace, prompt, policy.ttl_seconds)
         settled = False
@@ -222,8 +283,19 @@ class EmbeddedEngine:
             context_window=self.config.n_ctx,
             media=media,
             answer_prompt=answer_turn(self.template, request, self.fmt, history),
+            repetition=self.config.repetition,
         )
+        cuts = await self._prefill_cuts(prompt) if not media else []
+        if cuts and ctx.reuse and lease.previous is not None:
+            cuts = turns_to_run(cuts, prompt, lease.previous.text)
         try:
+            if cuts:
+                stride = max(1, self.config.prefill_turn // self.config.prefill_turn_shared)
+                ctx.tally.cache_hit = await prefill_in_turns(
+                    ctx, prompt, cuts, stride=stride, shared=lambda: self.cache.leased() > 1
+                )
+                # The slot now holds this request's own prompt, whatever the cache allowed.
+                ctx.reuse = ctx.reuse or ctx.tally.cache_hit is not None
             async for event in prompted_generation(ctx, prompt, plan):
                 yield event
         finally:
@@ -232,6 +304,16 @@ class EmbeddedEngine:
                 # cache any more.
                 self.cache.abandon(lease)
             self._scrub_stale()
+
+    async def _prefill_cuts(self, prompt: str) -> list[int]:
+        """Where a prompt longer than one long turn is cut into short turns (prefill.py). A
+        shorter one is read in one step, as any request's later calls are: one brief pause
+        for the others, and no extra calls."""
+        tokenizer, short, long = self._tokenizer, self.config.prefill_turn_shared, self.config.prefill_turn
+        if tokenizer is None or short <= 0 or len(prompt.encode("utf-8", errors="replace")) <= long:
+            return []  # fewer bytes than a long turn: fewer tokens too
+        cuts = await asyncio.to_thread(tokenizer.cuts, prompt, short)
+        return cuts if (len(cuts) + 1) * short > long else []
 
     def _scrub_stale(self) -> None:
         """Frees the KV of slots the cache no longer covers (expired, evicted, abandoned)."""

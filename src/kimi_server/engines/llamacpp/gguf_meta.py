@@ -2,8 +2,8 @@
 
 Format (little-endian): magic ``GGUF``, u32 version, u64 tensor count, u64 key/value count, then
 key/value pairs: a u64-length UTF-8 key, a u32 value type, the value. Arrays carry an element type
-and a u64 count. We keep scalars and strings, skip arrays except the token list, which we need
-to spell the BOS/EOS tokens that chat templates use.
+and a u64 count. We keep scalars and strings, skip arrays except those asked for: the token list,
+which spells the BOS/EOS tokens that chat templates use, and the tokenizer's arrays (tokenizer.py).
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def _read_value(f: BinaryIO, vtype: int, keep_array: bool) -> object:
     raise GGUFError(f"unknown GGUF value type {vtype}")
 
 
-def read_gguf_info(path: Path) -> GGUFInfo:
+def read_gguf_meta(path: Path, arrays: frozenset[str] = frozenset()) -> dict[str, object]:
+    """Every scalar and string of the header, plus the arrays named in ``arrays``."""
     meta: dict[str, object] = {}
     with path.open("rb") as f:
         if f.read(4) != b"GGUF":
@@ -76,7 +77,12 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         for _ in range(n_kv):
             key = _read_str(f)
             vtype = int(_read(f, "<I"))  # type: ignore[call-overload]
-            meta[key] = _read_value(f, vtype, keep_array=key == "tokenizer.ggml.tokens")
+            meta[key] = _read_value(f, vtype, keep_array=key in arrays)
+    return meta
+
+
+def read_gguf_info(path: Path) -> GGUFInfo:
+    meta = read_gguf_meta(path, frozenset({"tokenizer.ggml.tokens"}))
     arch = str(meta.get("general.architecture", "unknown"))
     tokens = meta.get("tokenizer.ggml.tokens")
     token_list = tokens if isinstance(tokens, list) else []

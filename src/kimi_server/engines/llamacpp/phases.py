@@ -21,6 +21,7 @@ from kimi_server.engines.llamacpp.decide import (
     reasoning_writes_call,
 )
 from kimi_server.engines.llamacpp.multimodal import prompt_field
+from kimi_server.engines.llamacpp.repetition import RepetitionGuard, RepetitionLimits
 from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
 from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
@@ -50,10 +51,15 @@ class Tally:
     # What the slot holds after the last call: its prompt plus what it generated.
     held_text: str = ""
     held_tokens: int = 0
+    # The prompt was computed in turns before the first call (prefill.py): what the slot held
+    # before them is the request's cache hit, not what the first call finds.
+    cache_hit: int | None = None
 
     def add(self, result: CompletionResult, prompt: str, *, reasoning: bool) -> None:
         if self.calls == 0:
             self.prompt, self.cached = result.prompt_tokens, result.cached_tokens
+            if self.cache_hit is not None:
+                self.cached = min(self.cached, self.cache_hit)
         self.calls += 1
         self.completion += result.completion_tokens
         if reasoning:
@@ -118,11 +124,13 @@ class PhaseContext:
     settle: Callable[[Tally], bool] | None = None
     utility_slot: int | None = None  # for side calls that must not touch the request's slot
     tally: Tally = field(default_factory=Tally)
-    context_full: bool = False  # the engine's context ran out: nothing more can be generated
+    # The engine's context ran out, or a call looped (repetition.py): nothing more is generated.
+    context_full: bool = False
     media: tuple[str, ...] = ()  # base64 images for a multimodal model (issue 11)
     context_window: int = 0  # the engine's ctx_size, for error messages
     # The answer's prompt, given the chosen attempt (prompted reasoning; see answer_turn).
     answer_prompt: Callable[[str], Awaitable[str]] = field(default=_no_answer_prompt)
+    repetition: RepetitionLimits | None = None  # ends a call that loops (repetition.py)
 
     def body(self, prompt: str, n_predict: int, *, attempt: int = 0, **extra: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -163,14 +171,20 @@ async def _call(
 ) -> AsyncIterator[str | CompletionResult]:
     if ctx.context_full:
         return
+    limits = ctx.repetition
+    if limits is not None and limits.enabled:
+        stream = ctx.runner.stream(body, RepetitionGuard(limits).looping)
+    else:
+        stream = ctx.runner.stream(body)
     try:
-        async for item in ctx.runner.stream(body):
+        async for item in stream:
             if isinstance(item, CompletionResult):
                 text = body["prompt"]
                 text = text if isinstance(text, str) else text["prompt_string"]
                 ctx.tally.add(item, text, reasoning=reasoning)
-                # "length" before n_predict means the context, not the budget, ran out.
-                if item.finish_reason == "length" and item.completion_tokens < body["n_predict"]:
+                # "length" before n_predict means the context ran out; a call the repetition
+                # guard cut ends the request too. Either way nothing more is generated.
+                if item.cut or (item.finish_reason == "length" and item.completion_tokens < body["n_predict"]):
                     ctx.context_full = True
             yield item
     except InvalidRequestError as exc:
@@ -382,7 +396,11 @@ async def _generate(
     ctx: PhaseContext, prompt: str, plan: AnswerPlan, decision: asyncio.Task[bool] | None
 ) -> AsyncIterator[EngineEvent]:
     opened = open_thinking(prompt, ctx.fmt)
-    if ctx.fmt.kind == "prompted":
+    if not ctx.request.reasoning:
+        # Switched off by the client: the answer follows the conversation at once (after an
+        # empty thinking block for a model that thinks natively).
+        reasoning = ""
+    elif ctx.fmt.kind == "prompted":
         # Free text under no grammar: the chosen attempt is itself the answer, so the attempts
         # end where the answer would, at the client's stop sequences too.
         as_answer = plan.decide == "text" and plan.text is None

@@ -282,6 +282,10 @@ class PromptCacheLedger:
 
     # -- reporting -------------------------------------------------------------------------
 
+    def leased(self) -> int:
+        """Requests holding a slot right now (each is reading its prompt or generating)."""
+        return len(self._leased)
+
     def stats(self, key_id: str) -> CacheStats:
         """Counters for the caller's namespace and for the whole server (no other tenant's)."""
         self._expire(self._clock())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -30,6 +30,7 @@ class CompletionResult:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    cut: bool = False  # stopped by the caller's stop_after, not by llama.cpp
 
 
 _DONE = object()
@@ -54,10 +55,15 @@ class CompletionRunner:
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def stream(self, body: dict[str, Any]) -> AsyncIterator[str | CompletionResult]:
-        """Yields text pieces, then one ``CompletionResult``."""
+    async def stream(
+        self, body: dict[str, Any], stop_after: Callable[[str], bool] | None = None
+    ) -> AsyncIterator[str | CompletionResult]:
+        """Yields text pieces, then one ``CompletionResult``. ``stop_after(piece)`` true ends
+        the call there, with ``finish_reason`` "length" and the counts so far; so does the
+        shared KV cache running out part-way (the tokens made are still counted)."""
         if self._pinned and "id_slot" not in body:
             raise RuntimeError("a completion on a pinned runner must name its slot (id_slot)")
+        body = {**body, "timings_per_token": True}  # counts in every chunk, for a cut
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         cancelled = threading.Event()
@@ -85,7 +91,8 @@ class CompletionRunner:
         future.add_done_callback(lambda _: self._finished(owner))
         text: list[str] = []
         final: dict[str, Any] | None = None
-        ended = False
+        last: dict[str, Any] = {}  # the last chunk that carried text
+        ended = stopped = False
         try:
             while True:
                 item = await queue.get()
@@ -95,12 +102,22 @@ class CompletionRunner:
                 if isinstance(item, BaseException):
                     raise EngineUnavailableError("The engine failed to generate a response.")
                 if "error" in item:
-                    raise _engine_error(item["error"])
+                    error = _engine_error(item["error"])
+                    if text and getattr(error, "code", None) == "context_length_exceeded":
+                        stopped = True
+                        yield _cut_result("".join(text), len(text), last)
+                        return
+                    raise error
                 choice = (item.get("choices") or [{}])[0]
                 piece = choice.get("text") or ""
                 if piece:
                     text.append(piece)
+                    last = item
                     yield piece
+                    if stop_after is not None and stop_after(piece):
+                        stopped = True
+                        yield _cut_result("".join(text), len(text), item)
+                        return
                 if choice.get("finish_reason") is not None or "usage" in item:
                     final = item
             if final is None:
@@ -109,7 +126,7 @@ class CompletionRunner:
         finally:
             # The worker sees the flag at its next token and llama.cpp frees the slot; nothing
             # here needs to wait for that.
-            if not ended:
+            if not ended and not stopped:
                 self.cancelled += 1
                 self.cancelled_by[owner] += 1
             cancelled.set()
@@ -136,6 +153,20 @@ def _result(text: str, final: dict[str, Any]) -> CompletionResult:
         prompt_tokens=prompt,
         cached_tokens=min(cached, prompt),
         completion_tokens=int(usage.get("completion_tokens", timings.get("predicted_n", 0))),
+    )
+
+
+def _cut_result(text: str, pieces: int, last: dict[str, Any]) -> CompletionResult:
+    """The result of a call stopped here: its counts from the last chunk's timings."""
+    timings = last.get("timings") or {}
+    cached = int(timings.get("cache_n", 0))
+    return CompletionResult(
+        text=text,
+        finish_reason="length",
+        prompt_tokens=cached + int(timings.get("prompt_n", 0)),
+        cached_tokens=cached,
+        completion_tokens=int(timings.get("predicted_n", pieces)),
+        cut=True,
     )
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import logging
 
-import httpx
-
 from kimi_server.engines.base import Engine
+from kimi_server.engines.upstream.clients import ClientSet
 from kimi_server.engines.upstream.engine import UpstreamEngine
-from kimi_server.engines.upstream.relay import Upstream, pool_limits
+from kimi_server.engines.upstream.relay import Upstream
 from kimi_server.policy.catalogue import CATALOGUE
 from kimi_server.settings import Settings, UpstreamConfig
 
@@ -26,15 +25,15 @@ def single_upstream(settings: Settings) -> UpstreamConfig | None:
 
 
 def upstream_engines(settings: Settings) -> dict[str, Engine]:
-    """Public model id -> its upstream engine. Upstreams at one base URL share a connection pool."""
+    """Public model id -> its upstream engine. Upstreams at one base URL share their connections."""
     # httpx logs every request at INFO: a log line per relayed call is noise and costs time.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    pools: dict[str, httpx.AsyncClient] = {}
+    pools: dict[str, ClientSet] = {}
 
     def make(cfg: UpstreamConfig) -> Upstream:
         client = pools.get(cfg.base_url)
         if client is None:
-            client = pools[cfg.base_url] = httpx.AsyncClient(limits=pool_limits(cfg))
+            client = pools[cfg.base_url] = ClientSet(cfg.max_connections)
         return Upstream(cfg, client)
 
     single = single_upstream(settings)

@@ -1,4 +1,6 @@
-"""``kimi-server upstreams check``: probe every configured upstream once and report."""
+"""``kimi-server upstreams check``: probe every configured upstream once and report: whether it
+answers, takes the key, and lists the model this server will ask it for; each failure says what
+to do in words."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 upstreams_app = typer.Typer(help="Upstream engines (routes to other servers).", no_args_is_help=True)
 console = Console()
@@ -18,25 +21,33 @@ console = Console()
 def check(
     config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
     upstream: Annotated[str | None, typer.Option(help="Check this base URL instead of the routes.")] = None,
+    upstream_model: Annotated[str | None, typer.Option(
+        help="With --upstream: the upstream's model name.", show_default="the public model ids")] = None,
+    upstream_dialect: Annotated[str | None, typer.Option(
+        help="With --upstream: vllm, sglang, llamacpp, moonshot or openai.", show_default="openai")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Probes each upstream (GET {base_url}/models, with its key); exit status 1 if any fails."""
+    """Probes each upstream (GET {base_url}/models, with its key) and checks it lists the model;
+    exit status 1 if any fails."""
     from kimi_server.engines.upstream.build import single_upstream
-    from kimi_server.engines.upstream.health import check_upstream
+    from kimi_server.engines.upstream.health import advice, check_upstream
     from kimi_server.engines.upstream.relay import Upstream
+    from kimi_server.policy.catalogue import CATALOGUE
     from kimi_server.settings import load_settings
 
     try:
-        settings = load_settings(config, upstream=upstream)
+        settings = load_settings(config, upstream=upstream, upstream_model=upstream_model,
+                                 upstream_dialect=upstream_dialect)
     except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
         raise typer.Exit(2) from None
     single = single_upstream(settings)
-    targets: list[tuple[str, Any]] = (
-        [("*", single)]
+    # (label, upstream, the public ids clients ask it for, where its model name is set)
+    targets: list[tuple[str, Any, list[str], str]] = (
+        [("*", single, [spec.id for spec in CATALOGUE], "--upstream-model (or KIMI_UPSTREAM_MODEL)")]
         if single is not None
         else [
-            (mid, cfg)
+            (mid, cfg, [mid], f'model = "..." in [[routes."{mid}".upstreams]]')
             for mid, route in settings.routes.items()
             if route.engine == "upstream"
             for cfg in route.upstreams
@@ -47,20 +58,37 @@ def check(
         raise typer.Exit(2)
 
     async def run() -> list[dict[str, Any]]:
-        ups = [Upstream(cfg) for _, cfg in targets]
+        ups = [Upstream(cfg) for _, cfg, _, _ in targets]
         try:
-            reports = await asyncio.gather(*(check_upstream(up) for up in ups))
+            reports = await asyncio.gather(
+                *(check_upstream(up, ids) for up, (_, _, ids, _) in zip(ups, targets, strict=True)))
         finally:
             for up in ups:
                 await up.close()
-        return [{"model": mid, **rep} for (mid, _), rep in zip(targets, reports, strict=True)]
+        out = []
+        for up, (mid, _, _, option), report in zip(ups, targets, reports, strict=True):
+            if not report["ok"]:
+                report["advice"] = advice(report, up, option)
+            out.append({"model": mid, **report})
+        return out
 
     reports = asyncio.run(run())
     if as_json:
         print(json.dumps(reports, indent=2))
     else:
         for r in reports:
-            mark = "[green]ok[/green]" if r["ok"] else "[red]FAIL[/red]"
-            why = f"HTTP {r['status']}" if "status" in r else r.get("reason", "")
-            console.print(f"{mark}  {r['model']}  {r['name']} ({r['dialect']})  {why}  {r['latency_ms']} ms")
+            console.print(_line(r), soft_wrap=True, highlight=False)
     raise typer.Exit(0 if all(r["ok"] for r in reports) else 1)
+
+
+def _line(r: dict[str, Any]) -> str:
+    where = escape(f"{r['model']}  {r['name']} ({r['dialect']})")
+    if not r["ok"]:
+        return f"[red]FAIL[/red]  {where}: {escape(r['advice'])}"
+    served = [m for m in r.get("upstream_models", []) if m not in r.get("not_served", ())]
+    line = f"[green]ok[/green]    {where}  {r['latency_ms']} ms"
+    if served:
+        line += f"  serves {escape(', '.join(served))}"
+    if r.get("not_served"):
+        line += f"  (not listed: {escape(', '.join(r['not_served']))})"
+    return line

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -16,8 +17,13 @@ from contextlib import aclosing
 from typing import Any
 
 from kimi_server.engines.owner import current_owner
-from kimi_server.engines.types import EngineEvent, GenerationRequest
-from kimi_server.engines.upstream.errors import UpstreamStreamError, UpstreamUnavailableError
+from kimi_server.engines.types import EngineEvent, Finish, GenerationRequest, ReasoningDelta
+from kimi_server.engines.upstream.counting import TokenCounter, Transcript
+from kimi_server.engines.upstream.errors import (
+    UpstreamRateLimitError,
+    UpstreamStreamError,
+    UpstreamUnavailableError,
+)
 from kimi_server.engines.upstream.normalise import Normaliser
 from kimi_server.engines.upstream.payload import build_body, check_capabilities
 from kimi_server.engines.upstream.relay import Failure, Upstream
@@ -40,6 +46,7 @@ class UpstreamEngine:
         # The same two per API key (engines/owner.py), so a tenant sees only its own.
         self.active_by: Counter[str] = Counter()
         self.cancelled_by: Counter[str] = Counter()
+        self._counters: dict[Upstream, TokenCounter] = {}  # for upstreams that report no usage
 
     async def start(self) -> None:
         return None
@@ -80,13 +87,80 @@ class UpstreamEngine:
             raise refusal
         return weighted_order(able, [up.cfg.weight for up in able])
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
+    async def generate(self, req: GenerationRequest) -> AsyncIterator[EngineEvent]:
+        # One generator, counters and retries together: a layer less for every streamed event.
         owner = current_owner.get() or ""
         self.counters["active_calls"] += 1
         self.active_by[owner] += 1
         try:
-            async for event in self._generate(request):
-                yield event
+            show_reasoning = req.reasoning
+            sent = False
+            last: APIError | None = None
+            for n, up in enumerate(self._candidates(req)):
+                if n and last is not None:
+                    self.counters["failovers"] += 1
+                cfg = up.cfg
+                body = build_body(
+                    req,
+                    model=cfg.model or req.model,
+                    dialect=up.dialect,
+                    caps=cfg.capabilities,
+                    max_output_tokens=cfg.max_output_tokens,
+                )
+                limit = body[up.dialect.max_tokens_field] + PIECE_SLACK
+                for attempt in range(cfg.retries + 1):
+                    if not up.breaker.allow():
+                        last = last or UpstreamUnavailableError("The model's engines are all failing; retry later.")
+                        break
+                    normaliser = Normaliser(
+                        report_cache=cfg.capabilities.prompt_cache, separate_writes=req.cache.separate_writes
+                    )
+                    deadline = time.monotonic() + cfg.total_timeout
+                    transcript = Transcript()
+                    try:
+                        attempt_events = up.attempt(body, normaliser, piece_limit=limit, deadline=deadline)
+                        async with aclosing(attempt_events) as events:
+                            async for event in events:
+                                sent = True
+                                if isinstance(event, Finish):
+                                    event = await self._counted(up, body, normaliser, transcript, event)
+                                else:
+                                    transcript.add(event)
+                                    # Reasoning switched off: an upstream that thinks anyway is not shown.
+                                    if not show_reasoning and isinstance(event, ReasoningDelta):
+                                        continue
+                                yield event
+                        up.breaker.success()
+                        return
+                    except Failure as failure:
+                        if failure.counts:
+                            up.breaker.failure()
+                        else:
+                            up.breaker.release()
+                        log.warning("upstream %s: %s", up.name, failure.error.message)
+                        if sent:
+                            # Output has reached the client: no retry, the stream ends with an error.
+                            err = failure.error
+                            if not isinstance(err, UpstreamStreamError):
+                                err = UpstreamStreamError(err.message)
+                            raise err from None
+                        last = failure.error
+                        _pass_retry_after(last, failure.retry_after, cfg.max_retry_after)
+                        if not failure.failover:
+                            raise failure.error from None
+                        if not failure.retry or attempt == cfg.retries:
+                            break
+                        delay = cfg.backoff * (2**attempt)
+                        if failure.retry_after is not None:
+                            if failure.retry_after > cfg.max_retry_after:
+                                break  # too long to wait here: try the next upstream instead
+                            delay = max(delay, failure.retry_after)
+                        self.counters["retries"] += 1
+                        await asyncio.sleep(delay)
+                    except BaseException:
+                        up.breaker.release()
+                        raise
+            raise last or UpstreamUnavailableError("No upstream engine could take the request.")
         except (GeneratorExit, asyncio.CancelledError):
             self.counters["cancelled_calls"] += 1
             self.cancelled_by[owner] += 1
@@ -97,64 +171,19 @@ class UpstreamEngine:
             if self.active_by[owner] <= 0:
                 del self.active_by[owner]
 
-    async def _generate(self, req: GenerationRequest) -> AsyncIterator[EngineEvent]:
-        sent = False
-        last: APIError | None = None
-        for n, up in enumerate(self._candidates(req)):
-            if n and last is not None:
-                self.counters["failovers"] += 1
-            cfg = up.cfg
-            body = build_body(
-                req,
-                model=cfg.model or req.model,
-                dialect=up.dialect,
-                caps=cfg.capabilities,
-                max_output_tokens=cfg.max_output_tokens,
-            )
-            limit = body[up.dialect.max_tokens_field] + PIECE_SLACK
-            for attempt in range(cfg.retries + 1):
-                if not up.breaker.allow():
-                    last = last or UpstreamUnavailableError("The model's engines are all failing; retry later.")
-                    break
-                normaliser = Normaliser(
-                    report_cache=cfg.capabilities.prompt_cache, separate_writes=req.cache.separate_writes
-                )
-                deadline = time.monotonic() + cfg.total_timeout
-                try:
-                    async with aclosing(up.attempt(body, normaliser, piece_limit=limit, deadline=deadline)) as events:
-                        async for event in events:
-                            sent = True
-                            yield event
-                    up.breaker.success()
-                    return
-                except Failure as failure:
-                    if failure.counts:
-                        up.breaker.failure()
-                    else:
-                        up.breaker.release()
-                    log.warning("upstream %s: %s", up.name, failure.error.message)
-                    if sent:
-                        # Output has reached the client: no retry, the stream ends with an error.
-                        err = failure.error
-                        if not isinstance(err, UpstreamStreamError):
-                            err = UpstreamStreamError(err.message)
-                        raise err from None
-                    last = failure.error
-                    if not failure.failover:
-                        raise failure.error from None
-                    if not failure.retry or attempt == cfg.retries:
-                        break
-                    delay = cfg.backoff * (2**attempt)
-                    if failure.retry_after is not None:
-                        if failure.retry_after > cfg.max_retry_after:
-                            break  # too long to wait here: try the next upstream instead
-                        delay = max(delay, failure.retry_after)
-                    self.counters["retries"] += 1
-                    await asyncio.sleep(delay)
-                except BaseException:
-                    up.breaker.release()
-                    raise
-        raise last or UpstreamUnavailableError("No upstream engine could take the request.")
+    async def _counted(
+        self, up: Upstream, body: dict[str, Any], normaliser: Normaliser, transcript: Transcript, finish: Finish
+    ) -> Finish:
+        """The Finish with the server's own counts where the upstream reported none."""
+        no_prompt, no_output = normaliser.missing_counts()
+        if not (no_prompt or no_output):
+            return finish
+        transcript.stopped = finish.reason != "length"
+        counter = self._counters.get(up)
+        if counter is None:
+            counter = self._counters[up] = TokenCounter(up)
+        counts = await counter.count(body, transcript, need_prompt=no_prompt)
+        return Finish(finish.reason, normaliser.counted_usage(counts))
 
     async def health(self, deep: bool) -> list[dict[str, Any]]:
         from kimi_server.engines.upstream.health import check_upstream
@@ -162,3 +191,10 @@ class UpstreamEngine:
         if not deep:
             return [{"name": up.name, "state": up.breaker.state} for up in self.upstreams]
         return list(await asyncio.gather(*(check_upstream(up) for up in self.upstreams)))
+
+
+def _pass_retry_after(error: APIError, seconds: float | None, bound: float) -> None:
+    """The client hears the upstream's Retry-After on a 429 or 503, bounded: a misbehaving
+    upstream cannot send every client away for an hour."""
+    if seconds is not None and isinstance(error, UpstreamRateLimitError | UpstreamUnavailableError):
+        error.retry_after = max(1, math.ceil(min(seconds, bound)))

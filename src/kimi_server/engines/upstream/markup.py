@@ -64,6 +64,11 @@ class ThinkSplitter:
         pending, self._pending = self._pending, ""
         return [("content", pending)]
 
+    @property
+    def plain(self) -> bool:
+        """The stream started without a thinking tag: every later text is content as it is."""
+        return self._plain
+
     def flush(self) -> list[Part]:
         if self._inner is not None:
             return self._inner.flush()
@@ -79,6 +84,10 @@ class KimiToolMarkup:
         self._buf = ""
         self._in_section = False
         self.next_index = first_index
+
+    def idle(self) -> bool:
+        """Nothing held back and outside a section: text without '<' passes unchanged."""
+        return not self._buf and not self._in_section
 
     def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
         self._buf += text

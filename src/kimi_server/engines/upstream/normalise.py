@@ -8,7 +8,7 @@ usage, the events come out the same. Works on plain dicts: no model building per
 from __future__ import annotations
 
 import secrets
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kimi_server.engines.types import (
@@ -19,9 +19,21 @@ from kimi_server.engines.types import (
     ReasoningDelta,
     ToolCallDelta,
     Usage,
+    UsageSource,
 )
 from kimi_server.engines.upstream.markup import KimiToolMarkup, Part, ThinkSplitter
 from kimi_server.engines.web_search_tool import WEB_SEARCH_NAME
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Tokens the server counted itself (engines/upstream/counting.py)."""
+
+    prompt: int
+    completion: int
+    reasoning: int
+    source: UsageSource
+
 
 FINISH: dict[str, FinishReason] = {
     "stop": "stop",
@@ -72,7 +84,11 @@ class Normaliser:
         content = delta.get("content")
         if isinstance(content, str) and content:
             self.pieces += 1
-            out += self._text(self._think.feed(content))
+            if "<" not in content and self._think.plain and self._markup.idle():
+                # Plain text once the stream is known to be plain: no tag can start in it.
+                out.append(ContentDelta(content))
+            else:
+                out += self._text(self._think.feed(content))
         calls = delta.get("tool_calls")
         for call in calls if isinstance(calls, list) else ():
             out += self._tool_delta(call)
@@ -136,17 +152,38 @@ class Normaliser:
         out.append(Finish(reason, self._usage()))
         return out
 
-    def _usage(self) -> Usage:
+    def missing_counts(self) -> tuple[bool, bool]:
+        """Whether the upstream left out its prompt count, its output count (most servers send
+        usage only when asked, and some never do)."""
+        u = self.usage or {}
+        return _int(u.get("prompt_tokens")) == 0, not isinstance(u.get("completion_tokens"), int)
+
+    def counted_usage(self, counts: Counts) -> Usage:
+        """The usage with the server's own counts where the upstream reported none."""
+        return self._usage(counts)
+
+    def _usage(self, counted: Counts | None = None) -> Usage:
         u = self.usage or {}
         prompt = _int(u.get("prompt_tokens"))
         completion = _int(u.get("completion_tokens")) or self.pieces
+        counted_reasoning = None
+        if counted is not None:
+            no_prompt, no_completion = self.missing_counts()
+            prompt = counted.prompt if no_prompt else prompt
+            if no_completion:
+                # Each streamed delta is at least one generated token; text tokenized again can
+                # merge across deltas, so the deltas are a floor under the count.
+                completion = max(counted.completion, self.pieces)
+                counted_reasoning = max(counted.reasoning, self.reasoning_pieces)
         details = u.get("prompt_tokens_details") or {}
         cached = _int(details.get("cached_tokens") if isinstance(details, dict) else None)
         cached = cached or _int(u.get("cached_tokens"))  # Moonshot's top-level field
         written = _int(details.get("cache_write_tokens") if isinstance(details, dict) else None)
         out_details = u.get("completion_tokens_details") or {}
         reasoning = _int(out_details.get("reasoning_tokens") if isinstance(out_details, dict) else None)
-        if not reasoning and self.reasoning_pieces:
+        if counted_reasoning is not None:
+            reasoning = min(counted_reasoning, completion)
+        elif not reasoning and self.reasoning_pieces:
             # Not reported: one streamed delta is about one token.
             reasoning = min(self.reasoning_pieces, completion)
         if not self._report_cache:
@@ -155,7 +192,8 @@ class Normaliser:
             written = max(prompt - cached, 0)
         elif not self._separate_writes:
             written = 0
-        return Usage(prompt, cached, written, completion, reasoning)
+        source: UsageSource = "engine" if counted is None else counted.source
+        return Usage(prompt, cached, written, completion, reasoning, source=source)
 
 
 def _int(value: Any) -> int:

@@ -94,7 +94,9 @@ def build_body(
     cap = req.max_output_tokens
     body[dialect.max_tokens_field] = min(cap, max_output_tokens) if max_output_tokens else cap
     spec = find_model(req.model)
-    if spec is not None:
+    # With reasoning off the upstream's own non-thinking sampling applies (Moonshot refuses
+    # kimi-k3's thinking temperature there).
+    if spec is not None and req.reasoning:
         body["temperature"] = spec.fixed_temperature
         body["top_p"] = spec.fixed_top_p
     if req.tools:
@@ -117,7 +119,10 @@ def build_body(
         body["stop"] = list(req.stop)
     if req.seed is not None:
         body["seed"] = req.seed
-    body.update(dialect.reasoning_controls(req.effort, caps.reasoning))
+    if req.reasoning:
+        body.update(dialect.reasoning_controls(req.effort, caps.reasoning))
+    else:
+        body.update(dialect.thinking_off())
     cacheable = caps.prompt_cache and spec is not None and spec.accepts_cache_options
     body.update(dialect.extra(req.cache.ttl_label if cacheable else None))
     return body

@@ -1,4 +1,4 @@
-"""One upstream server: its pooled HTTP client, its breaker, and one streamed attempt.
+"""One upstream server: its pooled HTTP clients, its breaker, and one streamed attempt.
 
 An attempt yields engine events as the upstream's SSE chunks arrive (no buffering) and raises
 ``Failure`` describing what went wrong and what may be done about it (retry, fail over).
@@ -22,6 +22,7 @@ import httpx
 
 from kimi_server.engines.types import EngineEvent, Finish
 from kimi_server.engines.upstream.breaker import CircuitBreaker
+from kimi_server.engines.upstream.clients import ClientSet
 from kimi_server.engines.upstream.dialects import get_dialect
 from kimi_server.engines.upstream.errors import (
     BadGatewayError,
@@ -31,6 +32,7 @@ from kimi_server.engines.upstream.errors import (
     UpstreamUnavailableError,
 )
 from kimi_server.engines.upstream.normalise import Normaliser
+from kimi_server.engines.upstream.scrub import register_upstream, scrub
 from kimi_server.engines.upstream.sse import SSEParser
 from kimi_server.errors import APIError, InvalidRequestError, PayloadTooLargeError
 from kimi_server.settings import UpstreamConfig
@@ -49,21 +51,14 @@ class Failure(Exception):
     retry_after: float | None = None
 
 
-def pool_limits(cfg: UpstreamConfig) -> httpx.Limits:
-    # Idle connections are dropped before the common 5 s server keep-alive ends (uvicorn's, so
-    # vLLM's and SGLang's), so a request rarely lands on a connection the server just closed.
-    return httpx.Limits(
-        max_connections=cfg.max_connections, max_keepalive_connections=cfg.max_connections, keepalive_expiry=4.0
-    )
-
-
 class Upstream:
-    def __init__(self, cfg: UpstreamConfig, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, cfg: UpstreamConfig, clients: ClientSet | None = None) -> None:
         self.cfg = cfg
         self.dialect = get_dialect(cfg.dialect)
         parts = urlsplit(cfg.base_url)
         self.name = cfg.name or parts.netloc or cfg.base_url
         self.base = cfg.base_url.rstrip("/")
+        register_upstream(self.base)
         self.url = f"{self.base}/chat/completions"
         self.breaker = CircuitBreaker(cfg.breaker_threshold, cfg.breaker_cooldown)
         key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
@@ -73,14 +68,18 @@ class Upstream:
         self.timeout = httpx.Timeout(
             connect=cfg.connect_timeout, read=cfg.read_timeout, write=cfg.read_timeout, pool=cfg.connect_timeout
         )
-        self.client = client or httpx.AsyncClient(limits=pool_limits(cfg), timeout=self.timeout)
+        self.clients = clients or ClientSet(cfg.max_connections, self.timeout)
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """A client for one-off calls (health checks); requests go through ``clients.stream``."""
+        return self.clients.any()
 
     async def close(self) -> None:
-        await self.client.aclose()
+        await self.clients.aclose()
 
     def _scrub(self, text: str) -> str:
-        text = text.replace(self.base, "<upstream>")
-        return text[:300]
+        return scrub(text)
 
     def failure_for_status(self, status: int, raw: bytes, headers: httpx.Headers) -> Failure:
         detail = ""
@@ -119,7 +118,7 @@ class Upstream:
         self, body: dict[str, Any], normaliser: Normaliser, *, piece_limit: int, deadline: float
     ) -> AsyncGenerator[EngineEvent, None]:
         try:
-            async with self.client.stream(
+            async with self.clients.stream(
                 "POST", self.url, json=body, headers=self.headers, timeout=self.timeout
             ) as resp:
                 if resp.status_code != 200:
@@ -136,7 +135,33 @@ class Upstream:
                     for event in normaliser.finish():
                         yield event
                     return
-                async for event in self._relay(resp, normaliser, piece_limit, deadline):
+                # The relay loop is written out here rather than in a generator of its own: one
+                # generator layer less for every streamed event.
+                parser = SSEParser()
+                stream = resp.aiter_bytes()
+                async for raw in stream:
+                    for data in parser.feed(raw):
+                        if data == b"[DONE]":
+                            for event in normaliser.finish():
+                                yield event
+                            await _drain(stream)
+                            return
+                        chunk = _loads(data)
+                        if "error" in chunk and not chunk.get("choices"):
+                            raise Failure(UpstreamStreamError("The model's engine reported an error mid-stream."))
+                        for event in normaliser.feed(chunk):
+                            yield event
+                        if normaliser.pieces > piece_limit:
+                            # An upstream that will not stop: end the answer at the output cap.
+                            for event in normaliser.finish():
+                                yield Finish("length", event.usage) if isinstance(event, Finish) else event
+                            return
+                        if time.monotonic() > deadline:
+                            raise Failure(GatewayTimeoutError("The model's engine took too long."), retry=False)
+                if normaliser.finish_reason is None or parser.pending():
+                    raise Failure(UpstreamStreamError("The model's engine ended the stream early."))
+                # Ended cleanly without the [DONE] sentinel: some servers omit it.
+                for event in normaliser.finish():
                     yield event
         except httpx.TimeoutException as exc:
             where = "connect" if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout) else "respond"
@@ -145,37 +170,6 @@ class Upstream:
             raise Failure(UpstreamUnavailableError("The model's engine is unreachable.")) from None
         except httpx.TransportError:
             raise Failure(UpstreamStreamError("The model's engine dropped the connection.")) from None
-
-    async def _relay(
-        self, resp: httpx.Response, normaliser: Normaliser, piece_limit: int, deadline: float
-    ) -> AsyncGenerator[EngineEvent, None]:
-        parser = SSEParser()
-        stream = resp.aiter_bytes()
-        async for raw in stream:
-            for data in parser.feed(raw):
-                if data == b"[DONE]":
-                    for event in normaliser.finish():
-                        yield event
-                    await _drain(stream)
-                    return
-                chunk = _loads(data)
-                if "error" in chunk and not chunk.get("choices"):
-                    raise Failure(UpstreamStreamError("The model's engine reported an error mid-stream."))
-                for event in normaliser.feed(chunk):
-                    yield event
-                if normaliser.pieces > piece_limit:
-                    # An upstream that will not stop: end the answer at the output cap.
-                    for event in normaliser.finish():
-                        yield Finish("length", event.usage) if isinstance(event, Finish) else event
-                    return
-                if time.monotonic() > deadline:
-                    raise Failure(GatewayTimeoutError("The model's engine took too long."), retry=False)
-        if normaliser.finish_reason is not None and not parser.pending():
-            # Ended cleanly without the [DONE] sentinel: some servers omit it.
-            for event in normaliser.finish():
-                yield event
-            return
-        raise Failure(UpstreamStreamError("The model's engine ended the stream early."))
 
 
 async def _drain(stream: AsyncIterator[bytes]) -> None:
@@ -189,9 +183,14 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
         pass
 
 
+_DECODER = json.JSONDecoder()
+
+
 def _loads(data: bytes) -> dict[str, Any]:
     try:
-        chunk = json.loads(data)
+        # An object's first byte rules out a byte-order mark, so the text is plain UTF-8 and
+        # json.loads' encoding detection can be skipped.
+        chunk = _DECODER.decode(data.decode()) if data[:1] == b"{" else json.loads(data)
     except ValueError:
         raise Failure(UpstreamStreamError("The model's engine sent malformed data.")) from None
     if not isinstance(chunk, dict):

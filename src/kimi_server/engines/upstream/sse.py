@@ -15,24 +15,28 @@ class SSEParser:
         self._data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        self._buf += chunk
+        if not self._buf and not self._data and chunk.startswith(b"data: ") and chunk.endswith(b"\n\n"):
+            # The usual read: exactly one whole one-line event (an upstream sends one per chunk).
+            only = chunk[6:-2]
+            if b"\n" not in only and not only.endswith(b"\r"):
+                return [only]
+        # One split per read rather than a find and two slices per line: this runs once per
+        # streamed token.
+        lines = (self._buf + chunk if self._buf else chunk).split(b"\n")
+        self._buf = lines.pop()
         out: list[bytes] = []
-        while True:
-            nl = self._buf.find(b"\n")
-            if nl < 0:
-                return out
-            line = self._buf[:nl]
-            self._buf = self._buf[nl + 1 :]
+        data = self._data
+        for line in lines:
             if line.endswith(b"\r"):
                 line = line[:-1]
             if not line:
-                if self._data:
-                    out.append(b"\n".join(self._data))
-                    self._data = []
+                if data:
+                    out.append(data[0] if len(data) == 1 else b"\n".join(data))
+                    data = self._data = []
                 continue
             if line.startswith(b"data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(b" ") else value)
+                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+        return out
 
     def pending(self) -> bool:
         """Whether an event was left unfinished when the stream ended."""

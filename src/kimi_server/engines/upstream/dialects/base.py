@@ -19,6 +19,11 @@ class Dialect:
         """Body fields that ask for reasoning at ``effort`` (one of the catalogue's levels)."""
         return {}
 
+    def thinking_off(self) -> dict[str, Any]:
+        """Body fields that switch the upstream's reasoning off (a client's ``thinking``
+        disabled); none where the engine has no such switch (its reasoning is then dropped)."""
+        return {}
+
     def extra(self, cache_ttl: str | None) -> dict[str, Any]:
         """Any other fields; ``cache_ttl`` is set when the route's upstream keeps its own cache."""
         return {}

@@ -19,5 +19,8 @@ class LlamaCppDialect(Dialect):
             "chat_template_kwargs": {"enable_thinking": True, "reasoning_effort": effort},
         }
 
+    def thinking_off(self) -> dict[str, Any]:
+        return {"chat_template_kwargs": {"enable_thinking": False}}
+
 
 register(LlamaCppDialect())

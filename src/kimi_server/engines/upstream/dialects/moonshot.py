@@ -14,6 +14,9 @@ class MoonshotDialect(Dialect):
     def reasoning_controls(self, effort: str, native_reasoning: bool) -> dict[str, Any]:
         return {"reasoning_effort": effort}
 
+    def thinking_off(self) -> dict[str, Any]:
+        return {"thinking": {"type": "disabled"}}
+
     def extra(self, cache_ttl: str | None) -> dict[str, Any]:
         if cache_ttl is None:
             return {}

@@ -20,5 +20,8 @@ class SGLangDialect(Dialect):
             "chat_template_kwargs": {"thinking": True, "reasoning_effort": effort},
         }
 
+    def thinking_off(self) -> dict[str, Any]:
+        return {"chat_template_kwargs": {"thinking": False}}
+
 
 register(SGLangDialect())

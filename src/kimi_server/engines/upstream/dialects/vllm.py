@@ -22,5 +22,8 @@ class VLLMDialect(Dialect):
             "include_reasoning": True,
         }
 
+    def thinking_off(self) -> dict[str, Any]:
+        return {"chat_template_kwargs": {"thinking": False}}
+
 
 register(VLLMDialect())

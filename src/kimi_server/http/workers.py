@@ -1,0 +1,145 @@
+"""Several server processes on one port: ``serve --workers N``.
+
+uvicorn's supervisor binds the port once and starts N workers, each a fresh interpreter that
+builds its own app from the parent's settings (written to a private 0600 file, named by an
+environment variable). What must hold across workers is shared outside them:
+
+- the database (keys, ledger): SQLite in WAL mode or PostgreSQL, migrated once by the parent
+  before any worker starts; each worker sees a revoked key within ``key_cache_seconds`` as one
+  process does;
+- per-key limits: Redis when configured, else a SQLite file in the same private directory
+  (``gate/shared_limits.py``), so RPM, TPM and budgets are exact across workers;
+- ``/metrics``: prometheus-client's multiprocess mode, every worker's series summed.
+
+The embedded engine runs in one process (its model is loaded once), so N > 1 is for servers
+whose every model is relayed to upstreams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from kimi_server.engines.llamacpp.engine import EmbeddedEngine
+from kimi_server.heap import settle_heap
+from kimi_server.serving.common import EngineSet
+from kimi_server.settings import Settings
+
+SETTINGS_ENV = "KIMISERVER_WORKER_SETTINGS"  # not KIMI_*: that prefix is for settings only
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+LIMITS_FILE = "limits.sqlite3"
+
+
+def uses_embedded(engines: EngineSet) -> bool:
+    return any(isinstance(engine, EmbeddedEngine) for engine in engines.unique())
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a container's CPU set, not the host's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def worker_count(settings: Settings, engines: EngineSet) -> int:
+    """``settings.workers``, or its default; raises ValueError for N > 1 with the embedded engine."""
+    embedded = uses_embedded(engines)
+    if settings.workers is None:
+        return 1 if embedded or settings.test_engine else usable_cores()
+    if settings.workers > 1 and embedded:
+        raise ValueError(
+            "--workers above 1 needs every model relayed to upstreams: the embedded engine loads its "
+            "model once, in one process"
+        )
+    return settings.workers
+
+
+@contextmanager
+def shared_state(settings: Settings) -> Iterator[Path]:
+    """The private directory the workers share for one run: settings, limits, metrics."""
+    with tempfile.TemporaryDirectory(prefix="kimi-workers-") as tmp:
+        root = Path(tmp)
+        descriptor = os.open(root / "settings.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as f:
+            f.write(settings.model_dump_json())
+        (root / "metrics").mkdir()
+        os.environ[SETTINGS_ENV] = str(root / "settings.json")
+        os.environ[MULTIPROC_ENV] = str(root / "metrics")
+        try:
+            yield root
+        finally:
+            os.environ.pop(SETTINGS_ENV, None)
+            os.environ.pop(MULTIPROC_ENV, None)
+
+
+def migrate_once(settings: Settings) -> None:
+    """The schema brought up to date before the workers start, so they never race to do it."""
+    if not settings.gateway_enabled:
+        return
+    from kimi_server.store.db import Database
+
+    async def run() -> None:
+        db = Database.from_settings(settings.database_url, settings.data_dir, settings.sqlite_synchronous)
+        try:
+            await db.migrate()
+        finally:
+            await db.close()
+
+    asyncio.run(run())
+
+
+@cache
+def worker_settings() -> Settings:
+    path = Path(os.environ[SETTINGS_ENV])
+    data: dict[str, Any] = json.loads(path.read_text())
+    return Settings(**data)
+
+
+def app() -> FastAPI:
+    """The uvicorn factory each worker calls."""
+    from kimi_server.bootstrap import build_engines, build_keys
+    from kimi_server.http.app import create_app
+
+    settings = worker_settings()
+    keys, _ = build_keys(settings)
+    application = create_app(settings, build_engines(settings), keys)
+    gateway = application.state.kimi.gateway
+    if gateway is not None and not settings.redis_url:
+        from kimi_server.gate.shared_limits import SqliteLimiter
+
+        gateway.limiter = SqliteLimiter(Path(os.environ[SETTINGS_ENV]).parent / LIMITS_FILE)
+    settle_heap()
+    return application
+
+
+def __getattr__(name: str) -> Any:
+    # uvicorn imports the HTTP protocol by name in each worker ("kimi_server.http.workers:Protocol");
+    # it is built there, from the settings, with its connection limits.
+    if name == "Protocol":
+        from kimi_server.http.connections import uvicorn_options
+
+        return uvicorn_options(worker_settings())["http"]
+    raise AttributeError(name)
+
+
+def run(settings: Settings, workers: int, options: dict[str, Any]) -> None:
+    """Serves with ``workers`` processes; ``options``: uvicorn keyword arguments (no app)."""
+    import uvicorn
+
+    migrate_once(settings)
+    with shared_state(settings):
+        uvicorn.run(
+            "kimi_server.http.workers:app",
+            factory=True,
+            workers=workers,
+            **{**options, "http": "kimi_server.http.workers:Protocol"},
+        )

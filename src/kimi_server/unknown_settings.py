@@ -1,0 +1,120 @@
+"""Unknown settings are errors: a mistyped key in the TOML file (at any depth) or a ``KIMI_*``
+variable that names no setting stops start-up, naming the nearest valid key.
+
+Pydantic-settings ignores environment variables that match no field, and a forbidden extra
+key alone would not say what was meant, so both are checked here, before anything loads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+import types
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+ENV_PREFIX = "KIMI_"
+# KIMI_* variables that are not settings: the config file's name, and the test suite's switches.
+NOT_SETTINGS = frozenset({"KIMI_CONFIG", "KIMI_TEST_POSTGRES", "KIMI_TEST_REDIS", "KIMI_CORPUS_FULL",
+                          "KIMI_SKIP_PULL_TESTS"})
+
+
+class UnknownSettingError(ValueError):
+    pass
+
+
+def check_toml_file(path: Path, model: type[BaseModel]) -> None:
+    with path.open("rb") as f:
+        data = tomllib.load(f)
+    problems = list(unknown_keys(data, model))
+    if problems:
+        raise UnknownSettingError("\n".join(f"{p} (in {path})" for p in problems))
+
+
+def unknown_keys(data: Mapping[str, Any], model: type[BaseModel], where: str = "") -> Iterable[str]:
+    """A line for each key of ``data`` (and of the tables inside it) that ``model`` lacks."""
+    fields = model.model_fields
+    for key, value in data.items():
+        path = f"{where}{key}"
+        if key not in fields:
+            yield f"unknown setting '{path}'{_nearest(key, fields)}"
+            continue
+        nested, shape = _nested_model(fields[key].annotation)
+        if nested is None:
+            continue
+        if shape == "one" and isinstance(value, Mapping):
+            yield from unknown_keys(value, nested, f"{path}.")
+        elif shape == "dict" and isinstance(value, Mapping):
+            for name, item in value.items():
+                if isinstance(item, Mapping):
+                    yield from unknown_keys(item, nested, f"{path}.{name}.")
+        elif shape == "list" and isinstance(value, list):
+            for n, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    yield from unknown_keys(item, nested, f"{path}[{n}].")
+
+
+def explain_extras(error: ValidationError, model: type[BaseModel]) -> UnknownSettingError | None:
+    """Pydantic's "extra inputs are not permitted" (from a JSON value in the environment, say)
+    as the same message, with the nearest valid key; None when no error is of that kind."""
+    problems = []
+    for item in error.errors():
+        if item["type"] != "extra_forbidden":
+            continue
+        loc = [str(seg) for seg in item["loc"]]
+        holder: type[BaseModel] | None = model
+        segs = iter(loc[:-1])
+        for seg in segs:
+            field = holder.model_fields.get(seg) if holder is not None else None
+            holder, shape = _nested_model(field.annotation) if field is not None else (None, "")
+            if shape in ("dict", "list"):
+                next(segs, None)  # the entry's key or index
+        valid = holder.model_fields if holder is not None else {}
+        problems.append(f"unknown setting '{'.'.join(loc)}'{_nearest(loc[-1], valid)}")
+    return UnknownSettingError("\n".join(problems)) if problems else None
+
+
+def check_environment(environ: Mapping[str, str], model: type[BaseModel], allowed: Iterable[str] = ()) -> None:
+    """Every ``KIMI_*`` variable must name a setting (case-insensitively, as pydantic reads them),
+    be one of ``NOT_SETTINGS``, or be in ``allowed`` (an upstream's key named by ``api_key_env``)."""
+    fields = model.model_fields
+    known = NOT_SETTINGS | {name.upper() for name in allowed}
+    valid = sorted({ENV_PREFIX + name.upper() for name in fields} | NOT_SETTINGS)
+    problems = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known or upper[len(ENV_PREFIX):].lower() in fields:
+            continue
+        problems.append(f"unknown environment variable {name}: it names no setting{_nearest(upper, valid)}")
+    if problems:
+        raise UnknownSettingError("\n".join(problems))
+
+
+def _nearest(name: str, valid: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _nested_model(annotation: Any) -> tuple[type[BaseModel] | None, str]:
+    """The model a field holds: itself ("one"), as dict values ("dict") or list items ("list")."""
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        for arg in get_args(annotation):
+            found = _nested_model(arg)
+            if found[0] is not None:
+                return found
+        return None, ""
+    if origin is dict:
+        inner = get_args(annotation)[1]
+        return (inner, "dict") if _is_model(inner) else (None, "")
+    if origin is list:
+        inner = get_args(annotation)[0]
+        return (inner, "list") if _is_model(inner) else (None, "")
+    return (annotation, "one") if _is_model(annotation) else (None, "")
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)

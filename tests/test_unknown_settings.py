@@ -1,0 +1,68 @@
+"""A mistyped setting stops start-up with a message naming it and the nearest valid key."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kimi_server.settings import load_settings
+from kimi_server.unknown_settings import UnknownSettingError
+
+
+def run_cli(tmp: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The real command in a fresh process; no model can load (none is there to pull)."""
+    clean = {k: v for k, v in os.environ.items() if not k.upper().startswith("KIMI_")}
+    clean.update(KIMI_DATA_DIR=str(tmp / "data"), KIMI_MODELS_DIR=str(tmp / "models"), KIMI_AUTO_PULL="false")
+    clean.update(env)
+    return subprocess.run([sys.executable, "-m", "kimi_server.cli", *args], env=clean, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_serve_refuses_mistyped_toml_keys(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('ctx_sise = 4096\n[prices.x]\ninptu = "1"\n')
+    done = run_cli(tmp_path, "serve", "--config", str(bad))
+    assert done.returncode != 0
+    assert "unknown setting 'ctx_sise'; did you mean 'ctx_size'?" in done.stderr, done.stderr
+    assert "unknown setting 'prices.x.inptu'; did you mean 'input'?" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_serve_refuses_unknown_environment_variables(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "serve", KIMI_CTX_SISE="4096")
+    assert done.returncode != 0
+    assert "KIMI_CTX_SISE" in done.stderr and "did you mean 'KIMI_CTX_SIZE'?" in done.stderr, done.stderr
+
+
+def test_known_and_allowed_variables_pass(tmp_path: Path) -> None:
+    # An upstream's key may live in a KIMI_* variable when a setting names it.
+    done = run_cli(tmp_path, "keys", "list", KIMI_CONFIG=str(tmp_path / "absent.toml"))
+    assert done.returncode != 0 and "absent.toml" in done.stderr  # the config file's name is no setting
+    done = run_cli(tmp_path, "keys", "list", KIMI_CTX_SIZE="4096", KIMI_TEST_POSTGRES="postgresql://x/y",
+                   KIMI_UPSTREAM_API_KEY_ENV="KIMI_VLLM_KEY", KIMI_VLLM_KEY="secret")
+    assert done.returncode == 0, done.stderr
+
+
+def test_nested_tables_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "routes.toml"
+    monkeypatch.setenv("KIMI_CONFIG", str(config))  # as --config would set it, undone after the test
+    config.write_text('[routes.kimi-k3]\nengine = "upstream"\n[[routes.kimi-k3.upstreams]]\n'
+                      'base_url = "http://127.0.0.1:9/v1"\nwieght = 2\n[routes.kimi-k3.upstreams.capabilities]\n'
+                      'tool = false\n[budgets.low]\nflor = 1\ncap = 2\n')
+    with pytest.raises(UnknownSettingError) as raised:
+        load_settings()
+    message = str(raised.value)
+    assert "'routes.kimi-k3.upstreams[0].wieght'; did you mean 'weight'?" in message
+    assert "'routes.kimi-k3.upstreams[0].capabilities.tool'; did you mean 'tools'?" in message
+    assert "'budgets.low.flor'; did you mean 'floor'?" in message
+
+
+def test_json_values_from_the_environment_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KIMI_CONFIG", raising=False)
+    monkeypatch.setenv("KIMI_PRICES", '{"kimi-k3": {"inptu": "1"}}')
+    with pytest.raises(UnknownSettingError, match=r"'prices\.kimi-k3\.inptu'; did you mean 'input'\?"):
+        load_settings()
