@@ -32,6 +32,15 @@ def test_serve_refuses_mistyped_toml_keys(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_other_commands_name_the_mistyped_key_without_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("ctx_sise = 4096\n")
+    for command in (["search", "list"], ["keys", "list"]):
+        done = run_cli(tmp_path, *command, "--config", str(bad))
+        assert done.returncode == 1, (command, done.stderr)
+        assert "did you mean 'ctx_size'?" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_serve_refuses_unknown_environment_variables(tmp_path: Path) -> None:
     done = run_cli(tmp_path, "serve", KIMI_CTX_SISE="4096")
     assert done.returncode != 0

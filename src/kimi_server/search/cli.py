@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from kimi_server.search.local_index import LocalIndex
 from kimi_server.search.setup import index_path
@@ -21,7 +22,14 @@ IndexOption = Annotated[Path | None, typer.Option(help="Index file (default: fro
 
 
 def _index(config: Path | None, index: Path | None) -> LocalIndex:
-    return LocalIndex(index or index_path(load_settings(config)))
+    if index is not None:
+        return LocalIndex(index)
+    try:
+        settings = load_settings(config)
+    except (ValueError, OSError) as exc:  # a mistyped or missing setting: its message, no traceback
+        errors.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
+        raise typer.Exit(1) from None
+    return LocalIndex(index_path(settings))
 
 
 @search_app.command("index")
