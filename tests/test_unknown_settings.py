@@ -41,6 +41,21 @@ def test_other_commands_name_the_mistyped_key_without_a_traceback(tmp_path: Path
         assert "did you mean 'ctx_size'?" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
+def test_a_price_must_name_a_served_model(tmp_path: Path) -> None:
+    bad = tmp_path / "prices.toml"
+    bad.write_text('[prices."kimi-k3.1pro"]\ninput = "1"\n')
+    for command in (["serve"], ["keys", "list"]):
+        done = run_cli(tmp_path, *command, "--config", str(bad))
+        assert done.returncode != 0, (command, done.stderr)
+        assert "prices: 'kimi-k3.1pro' is not a model this server serves; did you mean 'kimi-k3.1-pro'?" in " ".join(
+            done.stderr.split()
+        ), done.stderr
+        assert "Traceback" not in done.stderr
+    good = tmp_path / "route.toml"  # a route's own id may carry a price
+    good.write_text('[routes.house]\nmodel = "some.gguf"\n[prices.house]\ninput = "1"\n')
+    assert run_cli(tmp_path, "keys", "list", "--config", str(good)).returncode == 0
+
+
 def test_serve_refuses_unknown_environment_variables(tmp_path: Path) -> None:
     done = run_cli(tmp_path, "serve", KIMI_CTX_SISE="4096")
     assert done.returncode != 0

@@ -5,6 +5,7 @@ The TOML file is named by ``--config`` or ``KIMI_CONFIG``; see docs/configuratio
 
 from __future__ import annotations
 
+import difflib
 import os
 from decimal import Decimal
 from itertools import pairwise
@@ -21,7 +22,7 @@ from pydantic_settings import (
 )
 
 from kimi_server.policy.profiles import ContractName
-from kimi_server.unknown_settings import check_environment, check_toml_file, explain_extras
+from kimi_server.unknown_settings import UnknownSettingError, check_environment, check_toml_file, explain_extras
 
 
 def _default_data_dir() -> Path:
@@ -333,4 +334,18 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     except ValidationError as exc:
         raise explain_extras(exc, Settings) or exc from None
     check_environment(os.environ, Settings, allowed=settings.upstream_key_variables())
+    check_price_models(settings)
     return settings
+
+
+def check_price_models(settings: Settings) -> None:
+    """A price under a mistyped id would leave the real model unpriced and its budgets silently
+    free: each price must name a model this server can serve."""
+    from kimi_server.policy.catalogue import CATALOGUE
+
+    served = sorted({spec.id for spec in CATALOGUE} | set(settings.routes))
+    for name in settings.prices:
+        if name not in served:
+            close = difflib.get_close_matches(name, served, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'?" if close else f"the models are {', '.join(served)}"
+            raise UnknownSettingError(f"prices: '{name}' is not a model this server serves; {hint}")
