@@ -15,6 +15,7 @@ from kimi_server.http import cache_router, chat_router, docs_router, models_rout
 from kimi_server.http.admin_router import router as admin_api  # Gateway (issue 10)
 from kimi_server.http.coalesce import CoalesceStreams  # Upstreams (issue 9)
 from kimi_server.http.errors import install_error_handlers
+from kimi_server.http.key_info_router import router as key_info_api
 from kimi_server.http.limits import BodySizeLimit
 from kimi_server.http.metrics_router import router as metrics_api  # Gateway (issue 10)
 from kimi_server.http.overload import AdmissionSet, OverloadGuard
@@ -68,6 +69,7 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     app.include_router(chat_router.router)
     app.include_router(responses_router.router)
     app.include_router(models_router.router)
+    app.include_router(key_info_api)  # a key's own limits and usage
     app.include_router(docs_router.router)
     app.include_router(cache_router.router)
     # Overload (issue 12): fair admission per engine; the guard checks the key before the body.
