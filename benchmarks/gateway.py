@@ -5,7 +5,7 @@ the same server with the gateway off (static key, no ledger) and on (a stored ke
 TPM and a budget, prices, the ledger) on SQLite, and on PostgreSQL + Redis where they are
 reachable. For each: p50 and p99 latency of one request at a time, then p50, p99 and
 requests/s at 64 concurrent requests; printed with the ratio to "off".
-Targets (issue 10): added p50 <= 1 ms on SQLite, throughput >= 0.8x of off.
+Targets: added p50 <= 1 ms on SQLite, throughput >= 0.8x of off.
 
     python benchmarks/gateway.py [--requests 2000] [--concurrency 64]
 """

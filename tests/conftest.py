@@ -26,7 +26,7 @@ TEST_KEY = "sk-test-key"
 OTHER_KEY = "sk-other-key"
 TEST_MODEL = "smollm2-135m"
 # Small reasoning budgets keep the real-model tests quick on two cores; the levels still differ,
-# and never overlap (a level's cap is below the next one's floor: issue 8).
+# and never overlap (a level's cap is below the next one's floor).
 TEST_BUDGETS = '{"low": {"floor": 8, "cap": 24}, "high": {"floor": 32, "cap": 64}, "max": {"floor": 72, "cap": 128}}'
 
 
@@ -119,7 +119,7 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         stop_server(proc)
 
 
-# Test suite on a fresh clone (issue 8): models are found where the server looks for them.
+# models are found where the server looks for them.
 def model_path(name: str) -> Path:
     """Where the server would find catalogue model ``name``: ``$KIMI_MODELS_DIR``, else
     ``$XDG_CACHE_HOME/kimi-server/models``, else ``~/.cache/kimi-server/models``."""
@@ -128,7 +128,7 @@ def model_path(name: str) -> Path:
     return ModelStore(default_models_dir()).file_for(name)
 
 
-# One server per configuration (issue 8): the default model, shared by every module that needs it.
+# the default model, shared by every module that needs it.
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 
 

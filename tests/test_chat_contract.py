@@ -162,7 +162,7 @@ def test_max_tokens_rules(client: TestClient, engine: ScriptedEngine) -> None:
     assert engine.requests[-1].max_output_tokens == 1048576
     assert_error(client.post(URL, json=body(max_completion_tokens=1048577)), 400, "max_completion_tokens")
     assert_error(client.post(URL, json=body(max_completion_tokens=0)), 400, "max_completion_tokens")
-    # Both set: served, max_completion_tokens wins (issue 8).
+    # Both set: served, max_completion_tokens wins.
     assert client.post(URL, json=body(max_completion_tokens=5, max_tokens=900)).status_code == 200
     assert engine.requests[-1].max_output_tokens == 5
 
@@ -221,7 +221,7 @@ def test_images_refused_by_text_model(client: TestClient) -> None:
 
 
 def test_unknown_builtin_function_refused(client: TestClient) -> None:
-    # Web search itself is tested in test_web_search_schema.py (issue 11).
+    # Web search itself is tested in test_web_search_schema.py.
     tool = {"type": "builtin_function", "function": {"name": "$browse"}}
     assert_error(client.post(URL, json=body(tools=[tool])), 400, "tools[0].function.name")
 

@@ -1,4 +1,4 @@
-"""Choosing the attempt the others agree with (prompted reasoning, issue 8)."""
+"""Choosing the attempt the others agree with (prompted reasoning)."""
 
 from __future__ import annotations
 

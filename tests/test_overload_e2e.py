@@ -148,7 +148,7 @@ def test_a_huge_prompt_is_refused_at_once_and_another_key_is_served(server: tupl
     assert stats(live, live.key)["active_calls"] == 0
 
 
-# -- a departed client costs nothing (issue 8) ------------------------------------------------
+# -- a departed client costs nothing ------------------------------------------------
 
 
 def test_a_non_streaming_request_whose_client_leaves_frees_its_slot(server: tuple[int, LiveServer]) -> None:

@@ -4,7 +4,7 @@
 so these tests see real reuse. llama.cpp always evaluates the last prompt token again; and a
 request whose answer phase ran (an answer under a grammar, or the draft path) leaves its slot
 holding the answer's prompt, where the chosen attempt's system turn follows the conversation in
-place of the assistant turn's opening (issue 8), so a fully cached prompt reports between
+place of the assistant turn's opening, so a fully cached prompt reports between
 ``prompt_tokens - REREAD`` and ``prompt_tokens - 1`` cached (``fully_cached``), the rest
 written. A free-text answer is the chosen attempt itself and runs no answer phase.
 """

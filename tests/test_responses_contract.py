@@ -272,7 +272,7 @@ def test_images_are_refused_by_a_model_that_cannot_see(client: TestClient) -> No
 
 def test_images_reach_a_model_that_can_see(client: TestClient, engine: ScriptedEngine) -> None:
     engine.images = True
-    url = data_url("image/png", png_image("PNG"))  # checked first (issue 11): a real PNG
+    url = data_url("image/png", png_image("PNG"))  # checked first: a real PNG
     image = {"type": "input_image", "image_url": url}
     post(client, input=[{"role": "user", "content": [{"type": "input_text", "text": "?"}, image]}])
     assert engine.requests[-1].messages[0].images == (url,)

@@ -172,7 +172,7 @@ def test_streamed_calls_reassemble_to_the_non_streamed_calls(sdk: openai.OpenAI)
         "messages": [{"role": "user", "content": "Weather in Lima, and 4 plus 5?"}],
     }
     # With a seed every call computes its whole prompt (no prompt-cache reuse), so calls one
-    # after another compute the same numbers and sample the same tokens (issue 8).
+    # after another compute the same numbers and sample the same tokens.
     sdk.chat.completions.create(**kwargs)
     plain = sdk.chat.completions.create(**kwargs)
     expected = [(c.function.name, c.function.arguments)

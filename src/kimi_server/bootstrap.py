@@ -7,7 +7,7 @@ from pathlib import Path
 from kimi_server.engines.base import Engine
 from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
 from kimi_server.engines.llamacpp.repetition import RepetitionLimits
-from kimi_server.engines.upstream.build import upstream_engines  # Upstreams (issue 9)
+from kimi_server.engines.upstream.build import upstream_engines
 from kimi_server.gate.auth import KeyRing, development_key, key_id_of
 from kimi_server.models.pull import resolve_model
 from kimi_server.models.store import ModelStore, default_models_dir
@@ -22,9 +22,9 @@ def cache_groups(settings: Settings) -> dict[str, str]:
 
 
 def build_engines(settings: Settings) -> EngineSet:
-    if settings.test_engine == "scripted":  # Gateway (issue 10): test-only fake engine
+    if settings.test_engine == "scripted":  # test-only fake engine
         return scripted_engines(settings)
-    # Upstreams (issue 9): routed ids skip the embedded model; --upstream serves them all.
+    # routed ids skip the embedded model; --upstream serves them all.
     upstream = upstream_engines(settings)
     if settings.upstream:
         return EngineSet(upstream)
@@ -33,7 +33,7 @@ def build_engines(settings: Settings) -> EngineSet:
     by_path: dict[Path, Engine] = {}
     by_model: dict[str, Engine] = {}
     for spec in CATALOGUE:
-        if spec.id in upstream:  # Upstreams (issue 9)
+        if spec.id in upstream:
             by_model[spec.id] = upstream[spec.id]
             continue
         route = settings.routes.get(spec.id)
@@ -61,7 +61,7 @@ def build_engines(settings: Settings) -> EngineSet:
                     cache_enabled=settings.cache_enabled,
                     cache_ttl_scale=settings.cache_ttl_scale,
                     cache_groups=groups,
-                    mmproj=settings.mmproj,  # Media input (issue 11)
+                    mmproj=settings.mmproj,
                     max_prompt_tokens=settings.max_prompt_tokens or None,
                     prefill_turn=settings.prefill_turn,
                     prefill_turn_shared=settings.prefill_turn_shared,
@@ -80,7 +80,7 @@ def build_keys(settings: Settings) -> tuple[KeyRing, str | None]:
 
 
 def scripted_engines(settings: Settings) -> EngineSet:
-    """Gateway (issue 10), for tests and benchmarks only: every model served by the scripted
+    """Gateway, for tests and benchmarks only: every model served by the scripted
     engine, which needs no model file (``KIMI_TEST_ENGINE=scripted``)."""
     from kimi_server.engines.scripted import Script, ScriptedEngine
 

@@ -12,21 +12,19 @@ from rich.markup import escape
 
 import kimi_server.cli_help  # noqa: F401  (flags in --help show no type)
 from kimi_server import __version__, log_json
-from kimi_server.gate.cli import keys_app  # Gateway (issue 10)
-from kimi_server.gate.cli import usage as usage_command  # Gateway (issue 10)
+from kimi_server.gate.cli import keys_app
+from kimi_server.gate.cli import usage as usage_command
 from kimi_server.models.cli import models_app
-from kimi_server.search.cli import search_app  # Web search index (issue 11)
+from kimi_server.search.cli import search_app
 from kimi_server.settings import Settings
 
 app = typer.Typer(name="kimi-server", help="A self-hosted server for the Kimi API.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
-app.add_typer(keys_app, name="keys")  # Gateway (issue 10)
-app.command("usage")(usage_command)  # Gateway (issue 10)
-# Upstreams (issue 9)
+app.add_typer(keys_app, name="keys")
+app.command("usage")(usage_command)
 from kimi_server.engines.upstream.cli import upstreams_app  # noqa: E402
 
 app.add_typer(upstreams_app, name="upstreams")
-# Web search index (issue 11)
 app.add_typer(search_app, name="search")
 console = Console(stderr=True)
 
@@ -45,7 +43,7 @@ def _root(
     """A self-hosted server for the Kimi API."""
 
 
-# First run without surprises (issue 8): --help shows the defaults that apply when a flag is
+# --help shows the defaults that apply when a flag is
 # absent (flags default to None so that env and TOML can still supply the value).
 def _default(name: str) -> str:
     from kimi_server.settings import Settings
@@ -111,10 +109,9 @@ def serve(
             show_default="$KIMI_MODELS_DIR, else $XDG_CACHE_HOME/kimi-server/models, else ~/.cache/kimi-server/models",
         ),
     ] = None,
-    admin_key: Annotated[  # Gateway (issue 10)
+    admin_key: Annotated[
         str | None, typer.Option("--admin-key", help="Enables the admin API (/admin/v1/) with this key.")
     ] = None,
-    # Upstreams (issue 9)
     upstream: Annotated[
         str | None, typer.Option(help="Serve every model id from this OpenAI-compatible base URL (…/v1).")
     ] = None,
@@ -124,7 +121,6 @@ def serve(
     upstream_model: Annotated[
         str | None, typer.Option(help="The upstream's model name.", show_default="the public model id")
     ] = None,
-    # Media input (issue 11)
     mmproj: Annotated[
         Path | None, typer.Option(help="Multimodal projector (GGUF) for the embedded model: it sees images.")
     ] = None,
@@ -147,7 +143,7 @@ def serve(
     from kimi_server.bootstrap import build_engines, build_keys
     from kimi_server.heap import settle_heap
     from kimi_server.http.app import create_app
-    from kimi_server.http.connections import uvicorn_options  # Overload (issue 12)
+    from kimi_server.http.connections import uvicorn_options
     from kimi_server.http.workers import worker_count
     from kimi_server.models.pull import ModelPullError
     from kimi_server.settings import load_settings
@@ -163,11 +159,11 @@ def serve(
             parallel=parallel,
             threads=threads,
             models_dir=models_dir,
-            admin_key=admin_key,  # Gateway (issue 10)
-            upstream=upstream,  # Upstreams (issue 9)
+            admin_key=admin_key,
+            upstream=upstream,
             upstream_dialect=upstream_dialect,
             upstream_model=upstream_model,
-            mmproj=mmproj,  # Media input (issue 11)
+            mmproj=mmproj,
             workers=workers,
             contract=contract,
         )
@@ -187,7 +183,7 @@ def serve(
         "log_config": log_json.log_config(settings.log_level),  # applied again in each worker
         "access_log": False,  # the request line (http/request_context.py) replaces it
         "timeout_graceful_shutdown": 5,
-        **uvicorn_options(settings),  # Overload (issue 12): idle and slow connections close
+        **uvicorn_options(settings),  # idle and slow connections close
     }
     if processes > 1:
         from kimi_server.http import workers as worker_processes

@@ -57,7 +57,7 @@ EFFORT_ORDER = ("low", "high", "max")
 
 
 class ModelPrice(BaseModel):
-    """Gateway (issue 10): USD per million tokens of each class, and per web-search call."""
+    """USD per million tokens of each class, and per web-search call."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -78,7 +78,7 @@ class ModelPrice(BaseModel):
         return self
 
 
-# Upstreams (issue 9): routes to other OpenAI-compatible servers; see docs/configuration.md.
+# routes to other OpenAI-compatible servers; see docs/configuration.md.
 Dialect = Literal["vllm", "sglang", "llamacpp", "moonshot", "openai"]
 
 
@@ -106,7 +106,7 @@ class UpstreamConfig(BaseModel):
     weight: int = Field(default=1, ge=1, le=1000)
     max_output_tokens: int | None = Field(default=None, ge=1)  # the upstream's own cap
     context_length: int | None = Field(default=None, ge=1)  # its window, shown by /v1/models
-    # Requests it serves at once; more wait in kimi-server's fair queue (issue 12).
+    # Requests it serves at once; more wait in kimi-server's fair queue.
     max_concurrency: int = Field(default=64, ge=1, le=100_000)
     connect_timeout: float = Field(default=5.0, gt=0)
     read_timeout: float = Field(default=60.0, gt=0)  # longest silence, before or within a stream
@@ -187,12 +187,12 @@ class Settings(BaseSettings):
     cache_ttl_scale: float = Field(default=1.0, gt=0, le=100)
     cache_groups: dict[str, list[str]] = Field(default_factory=dict)
 
-    # Upstreams (issue 9): `serve --upstream URL` serves every model id from that one server.
+    # `serve --upstream URL` serves every model id from that one server.
     upstream: str | None = None
     upstream_dialect: Dialect = "openai"
     upstream_model: str | None = None
     upstream_api_key_env: str | None = None
-    # Web search and media (issue 11): docs/web-search.md, docs/media.md.
+    # docs/web-search.md, docs/media.md.
     web_search_provider: Literal["none", "local", "searxng"] = "local"
     web_search_index: Path | None = None  # None: <data_dir>/search-index.sqlite3
     web_search_url: str | None = None  # the SearXNG instance, e.g. http://127.0.0.1:8888
@@ -211,7 +211,7 @@ class Settings(BaseSettings):
     mmproj: Path | None = None  # the embedded model's multimodal projector (GGUF): it sees images
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
-    # Overload (issue 12): a bounded, fair queue in front of each engine, bounded work per
+    # a bounded, fair queue in front of each engine, bounded work per
     # request before the engine, and HTTP timeouts. See docs/configuration.md.
     queue_max: int = Field(default=64, ge=0)  # requests waiting for a slot, all keys together
     queue_max_per_key: int = Field(default=32, ge=0)  # waiting requests of one key (429 past it)
@@ -242,7 +242,7 @@ class Settings(BaseSettings):
     workers: int | None = Field(default=None, ge=1, le=256)
     engine_verbose: bool = False
 
-    # Gateway (issue 10): stored keys, limits, quotas, usage ledger, metrics (docs/gateway.md).
+    # stored keys, limits, quotas, usage ledger, metrics (docs/gateway.md).
     gateway_enabled: bool = True  # False: static keys only, no ledger, no limits (benchmarks)
     # None: SQLite at <data_dir>/kimi.db. Else a SQLAlchemy URL, e.g. postgresql://user@host/db.
     database_url: str | None = None
@@ -289,7 +289,7 @@ class Settings(BaseSettings):
     @classmethod
     def _all_levels(cls, value: dict[str, EffortBudget]) -> dict[str, EffortBudget]:
         merged = {**DEFAULT_BUDGETS, **value}
-        # Effort must order the reasoning on every request (issue 8): a level's cap may not
+        # a level's cap may not
         # reach past the next level's floor.
         for lower, upper in pairwise(EFFORT_ORDER):
             a, b = merged.get(lower), merged.get(upper)

@@ -22,13 +22,13 @@ class Engine(Protocol):
     def accepts_images(self) -> bool: ...
 
     def context_length(self) -> int | None:
-        """Tokens one request may hold, prompt and output together (issue 8); None: unknown
+        """Tokens one request may hold, prompt and output together; None: unknown
         (an upstream whose window is not configured)."""
         ...
 
     def concurrency(self) -> int | None:
         """Requests it serves at once: the slots of its admission queue, beyond which requests
-        wait their turn (issue 12); None: the server's ``parallel``."""
+        wait their turn; None: the server's ``parallel``."""
         ...
 
     def tenant_stats(self, key_id: str) -> dict[str, int]:

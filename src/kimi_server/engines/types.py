@@ -86,7 +86,7 @@ class GenerationRequest:
     cache: CachePolicy = field(default_factory=CachePolicy)
     stop: tuple[str, ...] = ()
     seed: int | None = None
-    # The request field that carried the conversation, named by a too-long-prompt error (issue 8).
+    # The request field that carried the conversation, named by a too-long-prompt error.
     prompt_param: str = "messages"
     # False: no reasoning phase at all (a contract whose thinking switch the client turned off).
     reasoning: bool = True
@@ -99,7 +99,7 @@ class Usage:
     cache_write_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
-    # Searches the server ran for this request (issue 11); not on the wire, for ledgers.
+    # Searches the server ran for this request; not on the wire, for ledgers.
     web_search_calls: int = 0
     # Who counted: not on the wire, for ledgers (see UsageSource).
     source: UsageSource = "engine"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from kimi_server.errors import AuthenticationError
 from kimi_server.gate.keyfiles import ensure_private
 
-if TYPE_CHECKING:  # Gateway (issue 10)
+if TYPE_CHECKING:
     from kimi_server.gate.keys import KeyRecord
 
 KEY_PREFIX = "sk-kimi-"
@@ -33,7 +33,7 @@ class Principal:
     """Who made a request: a stable, non-secret id derived from the key."""
 
     key_id: str
-    record: KeyRecord | None = None  # Gateway (issue 10): a stored key's limits; None for static keys
+    record: KeyRecord | None = None  # a stored key's limits; None for static keys
 
     @property
     def output_cap(self) -> int | None:
@@ -80,7 +80,7 @@ def development_key(data_dir: Path) -> str:
     """A key for local use, made on first start and kept (owner-only) so it survives restarts."""
     path = data_dir / "dev-api-key"
     if path.is_file():
-        ensure_private(path)  # Overload (issue 12): a key others can read is fixed or refused
+        ensure_private(path)  # a key others can read is fixed or refused
         key = path.read_text(encoding="utf-8").strip()
         if key:
             return key

@@ -1,4 +1,4 @@
-"""Gateway (issue 10): ``/admin/v1/`` keys and usage, behind the admin key only.
+"""``/admin/v1/`` keys and usage, behind the admin key only.
 
 Without ``admin_key`` configured the admin API is off: every call is refused with 403.
 """

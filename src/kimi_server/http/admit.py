@@ -1,9 +1,9 @@
 """The one step a generating route takes before the engine: the key's limits, then its turn.
 
 The prompt is measured first (its size, then its tokens counted by the engine's own tokenizer:
-a 400 at once for what cannot fit). The gateway (issue 10) then reserves the key's requests,
+a 400 at once for what cannot fit). The gateway then reserves the key's requests,
 tokens (that count) and budget, so a key over its limits is refused at once and never holds a
-place in the queue; then the request waits for a fair turn at the engine (issue 12). A
+place in the queue; then the request waits for a fair turn at the engine. A
 reservation whose request never reaches the engine is given back. What comes back is the
 engine to call: metered when the gateway is on.
 """

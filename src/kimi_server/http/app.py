@@ -9,34 +9,34 @@ from fastapi import FastAPI
 
 from kimi_server import __version__
 from kimi_server.gate.auth import KeyRing
-from kimi_server.gate.gateway import Gateway  # Gateway (issue 10)
-from kimi_server.gate.metrics import Metrics  # Gateway (issue 10)
+from kimi_server.gate.gateway import Gateway
+from kimi_server.gate.metrics import Metrics
 from kimi_server.http import cache_router, chat_router, docs_router, models_router, responses_router
-from kimi_server.http.admin_router import router as admin_api  # Gateway (issue 10)
-from kimi_server.http.coalesce import CoalesceStreams  # Upstreams (issue 9)
+from kimi_server.http.admin_router import router as admin_api
+from kimi_server.http.coalesce import CoalesceStreams
 from kimi_server.http.errors import install_error_handlers
 from kimi_server.http.key_info_router import router as key_info_api
 from kimi_server.http.limits import BodySizeLimit
-from kimi_server.http.metrics_router import router as metrics_api  # Gateway (issue 10)
+from kimi_server.http.metrics_router import router as metrics_api
 from kimi_server.http.overload import AdmissionSet, OverloadGuard
-from kimi_server.http.request_context import RequestContext  # Gateway (issue 10)
+from kimi_server.http.request_context import RequestContext
 from kimi_server.http.state import AppState
-from kimi_server.media.intake import MediaIntake  # Media input (issue 11)
-from kimi_server.search.setup import build_searcher  # Web search (issue 11)
+from kimi_server.media.intake import MediaIntake
+from kimi_server.search.setup import build_searcher
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.sealing import Sealer, load_or_create_key
 from kimi_server.settings import Settings
 
 
 def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI:
-    # Gateway (issue 10): stored keys, limits, ledger and metrics; off when gateway_enabled is false.
+    # stored keys, limits, ledger and metrics; off when gateway_enabled is false.
     metrics = Metrics()
     metrics.watch_engines(lambda: [(e.name, e.stats()) for e in engines.unique()])
     gateway = Gateway(settings, metrics) if settings.gateway_enabled else None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if gateway is not None:  # Gateway (issue 10): migrations run here, before serving
+        if gateway is not None:  # migrations run here, before serving
             await gateway.start()
         for engine in engines.unique():
             await engine.start()
@@ -45,7 +45,7 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
         finally:
             for engine in engines.unique():
                 await engine.close()
-            if gateway is not None:  # Gateway (issue 10): the ledger drains before exit
+            if gateway is not None:  # the ledger drains before exit
                 await gateway.close()
 
     app = FastAPI(
@@ -60,11 +60,10 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     key_file = settings.responses_key_file or settings.data_dir / "responses.key"
     sealer = Sealer(load_or_create_key(key_file))
     app.state.kimi = AppState(settings=settings, engines=engines, keys=keys, sealer=sealer)
-    app.state.kimi.gateway = gateway  # Gateway (issue 10)
-    app.state.kimi_metrics = metrics  # Gateway (issue 10)
-    # Web search (issue 11)
+    app.state.kimi.gateway = gateway
+    app.state.kimi_metrics = metrics
     app.state.kimi.searcher = build_searcher(settings)
-    app.state.kimi.media = MediaIntake.from_settings(settings)  # Media input (issue 11)
+    app.state.kimi.media = MediaIntake.from_settings(settings)
     install_error_handlers(app)
     app.include_router(chat_router.router)
     app.include_router(responses_router.router)
@@ -72,14 +71,14 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     app.include_router(key_info_api)  # a key's own limits and usage
     app.include_router(docs_router.router)
     app.include_router(cache_router.router)
-    # Overload (issue 12): fair admission per engine; the guard checks the key before the body.
+    # fair admission per engine; the guard checks the key before the body.
     app.state.kimi_admission = AdmissionSet(engines.unique(), settings)
     check_key = (lambda raw: gateway.principal(keys, raw)) if gateway is not None else None
     app.add_middleware(OverloadGuard, keys=keys, settings=settings, check_key=check_key)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    # Gateway (issue 10): admin API, /metrics, request ids and limit headers on every response.
+    # admin API, /metrics, request ids and limit headers on every response.
     app.include_router(admin_api)
     app.include_router(metrics_api)
     app.add_middleware(RequestContext, metrics=metrics)
-    app.add_middleware(CoalesceStreams)  # Upstreams (issue 9): one write per ready batch of events
+    app.add_middleware(CoalesceStreams)  # one write per ready batch of events
     return app

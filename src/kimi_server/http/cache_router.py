@@ -32,7 +32,7 @@ async def cache_stats(request: Request, principal: Principal = Depends(authentic
             total.merge(stats)
     if total is None:
         return {"object": "prompt_cache.stats", "namespace": None, "max_tokens": None}
-    # Overload (issue 12): the caller's own namespace only; server totals are for operators.
+    # the caller's own namespace only; server totals are for operators.
     body = total.as_dict()
     body["max_tokens"] = body.pop("server")["max_tokens"]
     return body

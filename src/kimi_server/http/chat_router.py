@@ -12,7 +12,7 @@ from kimi_server.http.admit import admit_request
 from kimi_server.http.overload import until_disconnected
 from kimi_server.http.sse import chat_event_sse, prime
 from kimi_server.http.state import app_state, authenticated
-from kimi_server.media import intake as media_intake  # Media input (issue 11)
+from kimi_server.media import intake as media_intake
 from kimi_server.policy.output_caps import output_defaults
 from kimi_server.policy.profiles import contracts
 from kimi_server.protocol.chat import ChatCompletionRequest
@@ -48,10 +48,10 @@ async def create_chat_completion(
         contracts=contracts(state.settings),
     )
     engine = state.engines.for_model(gen.model)
-    # Media input (issue 11): every image and video checked, as data URLs, before the engine.
+    # every image and video checked, as data URLs, before the engine.
     if state.media is not None:
         gen = media_intake.apply(gen, await state.media.check(media_intake.chat_parts(body.messages)))
-    # Web search (issue 11): the server runs the searches the conversation's tool messages ask for.
+    # the server runs the searches the conversation's tool messages ask for.
     check_search_tools(body.tools, state.searcher)
     gen, searches = await resolve_chat_searches(gen, state.searcher)
     engine = await admit_request(

@@ -16,7 +16,7 @@ async def docs_access(request: Request) -> Principal | None:
     state = app_state(request)
     if state.settings.public_docs:
         return None
-    return await authenticated(request)  # Gateway (issue 10): stored keys open the docs too
+    return await authenticated(request)  # stored keys open the docs too
 
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(docs_access)])

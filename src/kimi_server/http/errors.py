@@ -20,7 +20,7 @@ def error_response(error: APIError) -> JSONResponse:
     return JSONResponse(error.to_body(), status_code=error.status_code, headers=error_headers(error))
 
 
-# Overload (issue 12): headers that go with an error: when to retry, and how to authenticate.
+# headers that go with an error: when to retry, and how to authenticate.
 def error_headers(error: APIError) -> dict[str, str]:
     headers: dict[str, str] = {}
     retry_after = getattr(error, "retry_after", None)
@@ -112,5 +112,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log_failure(log, "unhandled error", exc)  # Overload (issue 12): no client text in the log
+        log_failure(log, "unhandled error", exc)  # no client text in the log
         return error_response(InternalServerError())

@@ -1,4 +1,4 @@
-"""Gateway (issue 10): ``GET /metrics`` in Prometheus text format.
+"""``GET /metrics`` in Prometheus text format.
 
 It shows every key's traffic, so it is for operators: the admin key reads it, tenant keys are
 refused (403), and ``metrics_public`` opens it to anyone (a scraper on a private network).

@@ -41,7 +41,7 @@ async def list_models(request: Request, principal: Principal = Depends(authentic
     state = app_state(request)
     engines = state.engines
     served = engines.served()
-    if principal.record is not None and principal.record.models is not None:  # Gateway (issue 10)
+    if principal.record is not None and principal.record.models is not None:
         served = served & principal.record.models
     caps = output_defaults(state.settings, principal.output_cap)
     return {"object": "list", "data": [_model(s, engines, caps, state.settings) for s in CATALOGUE if s.id in served]}
@@ -54,7 +54,7 @@ async def retrieve_model(
     state = app_state(request)
     engines = state.engines
     served = engines.served()
-    if principal.record is not None and principal.record.models is not None:  # Gateway (issue 10)
+    if principal.record is not None and principal.record.models is not None:
         served = served & principal.record.models
     for spec in CATALOGUE:
         if spec.id == model_id and spec.id in served:
@@ -70,12 +70,11 @@ async def engine_stats(request: Request, principal: Principal = Depends(authenti
     return {"object": "list", "data": tenant_engine_stats(request.app, principal.key_id)}
 
 
-@router.head("/health", include_in_schema=False)  # Overload (issue 12): probes that send HEAD
+@router.head("/health", include_in_schema=False)  # probes that send HEAD
 @router.get("/health", tags=["Health"])
 async def health(request: Request, deep: bool = False) -> dict[str, Any]:
     """Liveness; the only route that needs no key. ``?deep=1`` (with a key): the model and each
     upstream, each asked for one token."""
-    # Upstreams (issue 9)
     if deep:
         from kimi_server.http.upstream_health import deep_health
 

@@ -1,4 +1,4 @@
-"""Overload and abuse at the HTTP edge (issue 12).
+"""Overload and abuse at the HTTP edge.
 
 - ``measure_prompt``: the prompt's size, before anything is reserved: characters first, then
   the engine's own token count where it can tell (a 400 at once for what cannot fit).

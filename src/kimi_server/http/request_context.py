@@ -1,4 +1,4 @@
-"""Gateway (issue 10): per-request id, rate-limit headers, metrics and one log line.
+"""per-request id, rate-limit headers, metrics and one log line.
 
 Every response gets ``x-request-id`` (the client's own when it is sane, else a new one) and,
 for a key with limits, the ``x-ratelimit-*`` headers the gateway left on the request state.

@@ -14,17 +14,17 @@ from kimi_server.http.admit import Rounds, admit_request
 from kimi_server.http.overload import until_disconnected
 from kimi_server.http.sse import event_frame, prime
 from kimi_server.http.state import app_state, authenticated
-from kimi_server.media import intake as media_intake  # Media input (issue 11)
+from kimi_server.media import intake as media_intake
 from kimi_server.policy.output_caps import output_defaults
 from kimi_server.policy.profiles import contracts
 from kimi_server.protocol.common import ErrorBody
 from kimi_server.protocol.responses import ResponsesRequest
 from kimi_server.serving import (
     responses,
-    responses_search,  # Web search (issue 11)
+    responses_search,
 )
 from kimi_server.serving.responses_request import build_responses_request
-from kimi_server.serving.web_search import check_search_tools  # Web search (issue 11)
+from kimi_server.serving.web_search import check_search_tools
 
 router = APIRouter(tags=["Responses"])
 
@@ -61,9 +61,9 @@ async def create_response(
         contracts=contracts(state.settings),
     )
     engine = state.engines.for_model(plan.gen.model)
-    # Web search (issue 11): the server searches within this one request.
+    # the server searches within this one request.
     check_search_tools(body.tools, state.searcher)
-    # Media input (issue 11): every image checked, as data URLs, before the engine.
+    # every image checked, as data URLs, before the engine.
     if state.media is not None:
         checked = await state.media.check(media_intake.responses_parts(body.input))
         plan = replace(plan, gen=media_intake.apply(plan.gen, checked))

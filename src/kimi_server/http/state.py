@@ -21,9 +21,9 @@ class AppState:
     engines: EngineSet
     keys: KeyRing
     sealer: Sealer
-    gateway: Gateway | None = None  # Gateway (issue 10): None when turned off
-    searcher: Searcher | None = None  # Web search (issue 11): None when no provider
-    media: MediaIntake | None = None  # Media input (issue 11)
+    gateway: Gateway | None = None  # None when turned off
+    searcher: Searcher | None = None  # None when no provider
+    media: MediaIntake | None = None
 
 
 def app_state(request: Request) -> AppState:
@@ -34,7 +34,7 @@ def app_state(request: Request) -> AppState:
 async def authenticated(request: Request) -> Principal:
     """Dependency for every route but health."""
     state = app_state(request)
-    # Gateway (issue 10): stored keys too, and the caller's rate-limit headers.
+    # stored keys too, and the caller's rate-limit headers.
     if state.gateway is not None:
         return await state.gateway.authenticate(state.keys, request)
     return state.keys.authenticate(request.headers.get("authorization"))

@@ -25,7 +25,7 @@ class ReasoningFormat:
     # Given to a model with no thinking mode of its own once its attempts are made, where the
     # answer is decoded under a grammar: the chosen attempt ({draft}) in a system turn after
     # the conversation, so that the reply is a fresh answer to the user. Measured on the
-    # default model (issue 8): text after the attempt in the same turn commented on it ("This
+    # default model: text after the attempt in the same turn commented on it ("This
     # answer is designed to..."); the attempt as the assistant's turn followed by a user or
     # system request for a final reply drew refusals ("I'm sorry, but I can't assist with
     # that"); a draft in a system turn is copied where it is right.
@@ -39,7 +39,7 @@ class ReasoningFormat:
     @property
     def stops(self) -> tuple[str, ...]:
         """Tags that open or close a reasoning block, or a tool result the template wraps: an
-        answer (or an attempt) ends at them, and cannot begin with them (issue 8). A small
+        answer (or an attempt) ends at them, and cannot begin with them. A small
         model answering right after a tool result was seen to copy the result's wrapper and
         the result itself instead of answering."""
         return tuple(

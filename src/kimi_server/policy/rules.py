@@ -136,7 +136,7 @@ def resolve_max_output(
     default: int | None = None,
 ) -> int:
     """The output cap (reasoning + answer). With both set, the primary wins over the deprecated
-    alias: the reference only advises against sending both (issue 8). ``default``: the cap when
+    alias: the reference only advises against sending both. ``default``: the cap when
     the request names none (policy/output_caps.py); else the catalogue's."""
     value = primary if primary is not None else legacy
     name = primary_name if primary is not None else (legacy_name or primary_name)

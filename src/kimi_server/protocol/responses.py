@@ -202,7 +202,7 @@ class ReasoningItem(WireModel):
 
 
 class WebSearchCallItem(WireModel):
-    """A web_search_call from an earlier response, sent back as history (issue 11): accepted
+    """accepted
     so output can be replayed as input; the search already shaped the message after it."""
 
     type: Literal["web_search_call"]
@@ -226,7 +226,7 @@ ITEM_MODELS: dict[str, type[InputItem]] = {
     "function_call_output": FunctionCallOutputItem,
     "custom_tool_call_output": CustomToolCallOutputItem,
     "reasoning": ReasoningItem,
-    "web_search_call": WebSearchCallItem,  # issue 11
+    "web_search_call": WebSearchCallItem,
 }
 
 

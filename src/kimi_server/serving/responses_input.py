@@ -129,7 +129,7 @@ def convert_items(
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if isinstance(item, WebSearchCallItem):
-            continue  # history only: its results are not kept (issue 11)
+            continue  # history only: its results are not kept
         if isinstance(item, ReasoningItem):
             if item.encrypted_content is None:
                 raise InvalidRequestError(

@@ -164,7 +164,7 @@ def _tools(body: ResponsesRequest) -> _Tools:
                 }
             )
             continue
-        else:  # web search (issue 11): run by the server, see serving/responses_search.py
+        else:  # web search: run by the server, see serving/responses_search.py
             assert isinstance(tool, WebSearchTool)
             spec, echo = ToolSpec(WEB_SEARCH_NAME, kind="web_search"), {"type": "web_search"}
         out.specs.append(spec)

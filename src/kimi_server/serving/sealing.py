@@ -81,7 +81,7 @@ def load_or_create_key(path: Path) -> bytes:
             pass  # another process made it first; use theirs
         finally:
             tmp.unlink()
-    ensure_private(path)  # Overload (issue 12): a key others can read is fixed or refused
+    ensure_private(path)  # a key others can read is fixed or refused
     text = path.read_text(encoding="ascii").strip()
     try:
         key = base64.b64decode(text, validate=True)

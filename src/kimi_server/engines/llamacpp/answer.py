@@ -67,7 +67,7 @@ def plan_answer(request: GenerationRequest, syntax: CallSyntax) -> AnswerPlan:
     if choice.mode == "named":
         tools = tuple(t for t in tools if t.name == choice.name)
     # One call per turn when web search is declared: small models repeat a search call until the
-    # budget runs out, and the answer may search again once it has the results (issue 11).
+    # budget runs out, and the answer may search again once it has the results.
     searching = any(t.kind == "web_search" for t in tools)
     calls = calls_grammar(syntax, tools, parallel=request.parallel_tool_calls and not searching)
     if choice.mode in ("required", "named"):

@@ -1,4 +1,4 @@
-"""Which of several independent attempts the answer should build on (issue 8).
+"""Which of several independent attempts the answer should build on.
 
 A small model sampled more than once is right more often in the majority than in any one
 sample; its wrong samples disagree with each other, its right ones agree. So the attempt chosen

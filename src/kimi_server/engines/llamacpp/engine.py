@@ -58,7 +58,7 @@ class EmbeddedConfig:
     cache_enabled: bool = True
     cache_ttl_scale: float = 1.0
     cache_groups: dict[str, str] | None = None  # key id -> shared namespace
-    mmproj: Path | None = None  # multimodal projector: the model sees images (issue 11)
+    mmproj: Path | None = None  # multimodal projector: the model sees images
     # The most prompt tokens one request may bring (None: the window), and the turns a prompt
     # is read in, alone and beside other requests (prefill.py, docs/configuration.md).
     max_prompt_tokens: int | None = None
@@ -132,7 +132,7 @@ class EmbeddedEngine:
         }
 
     def context_length(self) -> int:
-        # One unified KV cache: a single request may use all of it (issue 8).
+        # One unified KV cache: a single request may use all of it.
         return self.config.n_ctx
 
     def prompt_token_limit(self) -> int | None:
@@ -247,7 +247,7 @@ class EmbeddedEngine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
         if self._runner is None or self._checker is None:
             raise EngineUnavailableError("The engine is not running.")
-        request = expose_web_search(request)  # issue 11: $web_search as a function
+        request = expose_web_search(request)  # $web_search as a function
         media = media_of(request) if self.config.mmproj is not None else ()
         plan = plan_answer(request, self.syntax)
         # Before the first event: a schema the grammar compiler rejects is still a plain 400.
@@ -277,7 +277,7 @@ class EmbeddedEngine:
             self._runner, request, self.fmt, self._sampling(),
             # A seeded request computes its whole prompt every time: a prompt served from the
             # cache leaves its last token to a batch of another shape, which shifts the logits
-            # enough to change a sampled token (issue 8).
+            # enough to change a sampled token.
             slot=lease.holder, reuse=lease.reuse and request.seed is None, settle=settle,
             utility_slot=self.utility_slot,
             context_window=self.config.n_ctx,

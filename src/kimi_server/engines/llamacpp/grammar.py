@@ -152,7 +152,7 @@ def text_grammar(syntax: CallSyntax, tools: Sequence[ToolSpec]) -> Grammar:
     """
     openers = [o for o in (syntax.open.strip(), "{", "```json") if o]
     if syntax == QWEN_SYNTAX:
-        # After a tool result (web search, issue 11) small Qwen models echo it, wrapper and all.
+        # After a tool result (web search) small Qwen models echo it, wrapper and all.
         openers.append("<tool_response>")
     if any(t.kind == "custom" for t in tools):
         openers.append("*** Begin Patch")

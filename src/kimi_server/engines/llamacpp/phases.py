@@ -126,7 +126,7 @@ class PhaseContext:
     tally: Tally = field(default_factory=Tally)
     # The engine's context ran out, or a call looped (repetition.py): nothing more is generated.
     context_full: bool = False
-    media: tuple[str, ...] = ()  # base64 images for a multimodal model (issue 11)
+    media: tuple[str, ...] = ()
     context_window: int = 0  # the engine's ctx_size, for error messages
     # The answer's prompt, given the chosen attempt (prompted reasoning; see answer_turn).
     answer_prompt: Callable[[str], Awaitable[str]] = field(default=_no_answer_prompt)
@@ -248,7 +248,7 @@ async def attempts(
     conversation itself, until the effort's floor is reached (never past its cap).
 
     A model with no thinking mode answers best in the form it was trained on; asked to "think"
-    first it drifts, and the longer it is made to think the further (issue 8: forced reasoning
+    first it drifts, and the longer it is made to think the further (forced reasoning
     made the 0.5B default model wrong more often than answering directly). More attempts, by
     contrast, only add evidence: ``consensus.most_agreed`` picks the one the others agree with.
     Yields the reasoning deltas, with a label before every attempt after the first, and each
@@ -345,7 +345,7 @@ async def chosen_as_answer(
 ) -> AsyncIterator[EngineEvent]:
     """The chosen attempt given as the answer (free text under no grammar), continued where the
     cap cut it. It is the model's own reply to the conversation, and the one the other attempts
-    agree with. Rewritten in a turn of its own it was measured to lose answers (issue 8): the
+    agree with. Rewritten in a turn of its own it was measured to lose answers: the
     model commented on its draft ("Sure! Here's the draft of your reply:") or changed a right
     result. Its tokens count again as output, so that ``completion_tokens - reasoning_tokens``
     is the answer's length, as a client counts it."""
