@@ -8,15 +8,26 @@ from kimi_server.errors import APIError, AuthenticationError, PermissionDeniedEr
 from kimi_server.gate.auth import digest
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header; None for any other header."""
+    scheme, _, token = (authorization or "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def is_admin_key(token: str, admin_key: str | None) -> bool:
+    """Compared as digests in constant time, so the comparison says nothing about the key."""
+    return bool(admin_key) and hmac.compare_digest(digest(token), digest(admin_key or ""))
+
+
 def admin_key_refusal(admin_key: str | None, authorization: str | None) -> APIError | None:
     """Why a request with this ``Authorization`` header may not use the admin API, or None.
 
     ``admin_key`` None means the admin API is off (no key configured, or no gateway)."""
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = bearer_token(authorization)
+    if token is None:
         return AuthenticationError("The admin API needs the admin key as 'Authorization: Bearer ADMIN_KEY'.")
     if not admin_key:
         return PermissionDeniedError("The admin API is off: start the server with --admin-key or KIMI_ADMIN_KEY.")
-    if not hmac.compare_digest(digest(token.strip()), digest(admin_key)):
+    if not is_admin_key(token, admin_key):
         return PermissionDeniedError("This key may not use the admin API.")
     return None

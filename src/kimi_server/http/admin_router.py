@@ -5,7 +5,6 @@ Without ``admin_key`` configured the admin API is off: every call is refused wit
 
 from __future__ import annotations
 
-import hmac
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Literal
@@ -13,12 +12,12 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from kimi_server.errors import AuthenticationError, NotFoundError, PermissionDeniedError
-from kimi_server.gate.auth import digest
+from kimi_server.errors import NotFoundError
 from kimi_server.gate.gateway import Gateway
 from kimi_server.gate.key_checks import MAX_BUDGET_USD, MAX_COUNT, MAX_NAME_CHARS, check_instant, check_text
 from kimi_server.gate.keys import KeyChanges
 from kimi_server.gate.usage import usage_totals
+from kimi_server.http.admin_key import admin_key_refusal
 from kimi_server.http.state import app_state
 from kimi_server.policy.output_caps import MAX_OUTPUT_TOKENS
 from kimi_server.protocol.common import ErrorBody
@@ -26,15 +25,11 @@ from kimi_server.protocol.common import ErrorBody
 
 def admin_gateway(request: Request) -> Gateway:
     state = app_state(request)
-    authorization = request.headers.get("authorization") or ""
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise AuthenticationError("The admin API needs the admin key as 'Authorization: Bearer ADMIN_KEY'.")
-    admin = state.settings.admin_key
-    if not admin or state.gateway is None:
-        raise PermissionDeniedError("The admin API is off: start the server with --admin-key or KIMI_ADMIN_KEY.")
-    if not hmac.compare_digest(digest(token.strip()), digest(admin)):
-        raise PermissionDeniedError("This key may not use the admin API.")
+    admin = state.settings.admin_key if state.gateway is not None else None
+    refusal = admin_key_refusal(admin, request.headers.get("authorization"))
+    if refusal is not None:
+        raise refusal
+    assert state.gateway is not None  # without a gateway there is no admin key to accept
     return state.gateway
 
 

@@ -6,14 +6,12 @@ refused (403), and ``metrics_public`` opens it to anyone (a scraper on a private
 
 from __future__ import annotations
 
-import hmac
-
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from kimi_server.errors import APIError, AuthenticationError, PermissionDeniedError
-from kimi_server.gate.auth import digest
+from kimi_server.http.admin_key import bearer_token, is_admin_key
 from kimi_server.http.state import app_state
 
 router = APIRouter(include_in_schema=False)
@@ -21,10 +19,10 @@ router = APIRouter(include_in_schema=False)
 
 def metrics_refusal(admin_key: str | None, authorization: str | None) -> APIError | None:
     """Why this ``Authorization`` header may not read /metrics, or None."""
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = bearer_token(authorization)
+    if token is None:
         return AuthenticationError("/metrics needs the admin key as 'Authorization: Bearer ADMIN_KEY'.")
-    if not admin_key or not hmac.compare_digest(digest(token.strip()), digest(admin_key)):
+    if not is_admin_key(token, admin_key):
         return PermissionDeniedError(
             "Only the admin key may read /metrics (or the server is started with metrics_public = true)."
         )
