@@ -48,10 +48,7 @@ class Question:
 
 def load_questions() -> list[Question]:
     data = json.loads(QUESTIONS.read_text(encoding="utf-8"))
-    return [
-        Question(q["q"], tuple(q["a"]), bool(q.get("case")), bool(q.get("quoted")))
-        for q in data["questions"]
-    ]
+    return [Question(q["q"], tuple(q["a"]), bool(q.get("case")), bool(q.get("quoted"))) for q in data["questions"]]
 
 
 def _number(text: str) -> float | None:
@@ -221,9 +218,7 @@ def main() -> None:
     if args.limit:
         questions = questions[: args.limit]
     questions = questions * max(1, args.rounds)
-    seeds: list[int | None] = [
-        None if args.unpaired else args.seed + i for i in range(len(questions))
-    ]
+    seeds: list[int | None] = [None if args.unpaired else args.seed + i for i in range(len(questions))]
     path = resolve_model(args.model, ModelStore(default_models_dir()), auto_pull=True)
 
     scores: dict[str, int] = {}

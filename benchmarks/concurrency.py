@@ -63,8 +63,15 @@ def raw_once(server: Any, tokens: int, i: int, out: list[tuple[int, float, float
         return False
 
     prompt = f"<|im_start|>user\n{QUESTION.format(i=i)}<|im_end|>\n<|im_start|>assistant\n"
-    body = {"prompt": prompt, "n_predict": tokens, "ignore_eos": True, "stream": True,
-            "temperature": 0.7, "top_p": 0.95, "cache_prompt": False}
+    body = {
+        "prompt": prompt,
+        "n_predict": tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "temperature": 0.7,
+        "top_p": 0.95,
+        "cache_prompt": False,
+    }
     server.handle_completions(body, on_chunk)
     out.append((len(times) - 1, times[0], times[-1]))
 
@@ -88,7 +95,7 @@ async def stream_once(client: openai.AsyncOpenAI, tokens: int, i: int) -> tuple[
     stream = await client.chat.completions.create(
         model="kimi-k3.1-pro",
         messages=[{"role": "user", "content": QUESTION.format(i=i)}],
-        reasoning_effort="low",  # type: ignore[arg-type]
+        reasoning_effort="low",
         max_completion_tokens=tokens,
         stream=True,
         stream_options={"include_usage": True},
@@ -142,18 +149,22 @@ def main() -> None:
             sides[f"llama.cpp x{c}"] = lambda c=c: raw_rate(raw, args.tokens, c)
             sides[f"kimi-server x{c}"] = lambda c=c: server_rate(url, args.tokens, c)
         samples = interleave(args.rounds, sides)
-    print(f"model {args.model}, {args.tokens} tokens per request, {args.threads} threads, {args.parallel} slots "
-          f"on both sides, {args.rounds} interleaved rounds; {machine_note()}")
+    print(
+        f"model {args.model}, {args.tokens} tokens per request, {args.threads} threads, {args.parallel} slots "
+        f"on both sides, {args.rounds} interleaved rounds; {machine_note()}"
+    )
     print("aggregate decode tok/s, median [min-max]:")
     for c in levels:
         base, mine = samples[f"llama.cpp x{c}"], samples[f"kimi-server x{c}"]
-        print(f"  {c} concurrent: llama.cpp {spread(base)}  kimi-server {spread(mine)}  "
-              f"kimi-server / llama.cpp = {ratio(mine, base):.2f}x")
+        print(
+            f"  {c} concurrent: llama.cpp {spread(base)}  kimi-server {spread(mine)}  "
+            f"kimi-server / llama.cpp = {ratio(mine, base):.2f}x"
+        )
     lo = levels[0]
     for c in levels[1:]:
-        mine = ratio(samples[f"kimi-server x{c}"], samples[f"kimi-server x{lo}"])
-        base = ratio(samples[f"llama.cpp x{c}"], samples[f"llama.cpp x{lo}"])
-        print(f"  {c} concurrent / {lo}: kimi-server {mine:.2f}x, llama.cpp {base:.2f}x")
+        mine_x = ratio(samples[f"kimi-server x{c}"], samples[f"kimi-server x{lo}"])
+        base_x = ratio(samples[f"llama.cpp x{c}"], samples[f"llama.cpp x{lo}"])
+        print(f"  {c} concurrent / {lo}: kimi-server {mine_x:.2f}x, llama.cpp {base_x:.2f}x")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
@@ -49,11 +49,18 @@ async def decode_rate(engine: object, tokens: int, seconds: float) -> float:
     assert isinstance(engine, EmbeddedEngine)
     runner = engine._runner  # raw completion calls: no reasoning phase, no prompt cache
     assert runner is not None
-    body = {"prompt": PROMPT, "n_predict": tokens, "ignore_eos": True, "cache_prompt": False,
-            "temperature": 0.7, "id_slot": 0}
+    body = {
+        "prompt": PROMPT,
+        "n_predict": tokens,
+        "ignore_eos": True,
+        "cache_prompt": False,
+        "temperature": 0.7,
+        "id_slot": 0,
+    }
     made = 0
     start = time.perf_counter()
     stream = runner.stream(body)
+    assert isinstance(stream, AsyncGenerator)  # closed below, whether it ended or not
     try:
         async with asyncio.timeout(seconds):  # also when no token comes at all
             async for item in stream:
@@ -63,7 +70,7 @@ async def decode_rate(engine: object, tokens: int, seconds: float) -> float:
     except TimeoutError:
         pass
     finally:
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
     return made / (time.perf_counter() - start)
 
 
@@ -72,8 +79,15 @@ def worker(model: Path, threads: int, poll: int, forever: bool) -> None:
     hog) decodes without pause until ``HOG_LIMIT_S``."""
     from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
 
-    config = EmbeddedConfig(model_path=model, n_ctx=2048, n_parallel=1, n_threads=threads,
-                            cpu_poll=poll, cache_entries=1, cache_enabled=False)
+    config = EmbeddedConfig(
+        model_path=model,
+        n_ctx=2048,
+        n_parallel=1,
+        n_threads=threads,
+        cpu_poll=poll,
+        cache_entries=1,
+        cache_enabled=False,
+    )
     engine = EmbeddedEngine(config)  # sets the process's wait level before llama.cpp loads
     loop = asyncio.new_event_loop()
     loop.run_until_complete(engine.start())
@@ -91,8 +105,18 @@ def worker(model: Path, threads: int, poll: int, forever: bool) -> None:
 
 def _spawn(model: Path, threads: int, poll: int, *, forever: bool = False) -> subprocess.Popen[str]:
     """A worker: answering on its pipes, or (``forever``) a hog that decodes without pause."""
-    cmd = [sys.executable, "-m", "benchmarks.cpu_share", "--model", str(model),
-           "--threads", str(threads), "--worker", str(poll), *(["--forever"] if forever else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.cpu_share",
+        "--model",
+        str(model),
+        "--threads",
+        str(threads),
+        "--worker",
+        str(poll),
+        *(["--forever"] if forever else []),
+    ]
     # Each worker's own wait level: no inherited OpenMP variables.
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     pipe = subprocess.DEVNULL if forever else subprocess.PIPE
@@ -152,6 +176,31 @@ def main() -> None:
     hogs = ["alone", *hog_kinds.split(",")]
     cores = sorted(os.sched_getaffinity(0))
     core = cores[-1] if len(cores) > 1 else None
+    samples = _measure_all(args, model, levels, hogs, core)
+    threads = args.threads or len(cores)
+    print(
+        f"{model.name}, {threads} thread(s) on {len(cores)} usable core(s), busy hog pinned to "
+        f"core {core}; {args.rounds} interleaved rounds; up to {args.tokens} tokens or "
+        f"{args.seconds:g} s per measurement; {machine_note()}"
+    )
+    for kind in hogs:
+        for level in levels:
+            label = f"cpu_poll {level}, {'alone' if kind == 'alone' else 'beside the ' + kind + ' hog'}"
+            print(f"  {label:<36} {spread(samples[f'{level}|{kind}'], ' tok/s', 1)}")
+    for kind in hogs[1:]:
+        for level in levels:
+            r = _ratio(samples[f"{level}|{kind}"], samples[f"{level}|alone"])
+            print(f"  cpu_poll {level}: beside the {kind} hog / alone = {r}")
+        for level in levels[1:]:
+            r = _ratio(samples[f"{levels[0]}|{kind}"], samples[f"{level}|{kind}"])
+            print(f"  beside the {kind} hog: cpu_poll {levels[0]} / cpu_poll {level} = {r}")
+    print(f"  target: cpu_poll {levels[0]} beside the busy hog / alone >= 0.4x")
+
+
+def _measure_all(
+    args: argparse.Namespace, model: Path, levels: list[int], hogs: list[str], core: int | None
+) -> dict[str, list[float]]:
+    """One worker per cpu_poll level, each measured alone and beside each hog, interleaved."""
     with ExitStack() as stack:
         workers: dict[int, subprocess.Popen[str]] = {}
         for level in levels:
@@ -171,23 +220,7 @@ def main() -> None:
             return run
 
         sides = {(level, kind): measure(level, kind) for kind in hogs for level in levels}
-        samples = interleave(args.rounds, {f"{level}|{kind}": f for (level, kind), f in sides.items()})
-    threads = args.threads or len(cores)
-    print(f"{model.name}, {threads} thread(s) on {len(cores)} usable core(s), busy hog pinned to "
-          f"core {core}; {args.rounds} interleaved rounds; up to {args.tokens} tokens or "
-          f"{args.seconds:g} s per measurement; {machine_note()}")
-    for kind in hogs:
-        for level in levels:
-            label = f"cpu_poll {level}, {'alone' if kind == 'alone' else 'beside the ' + kind + ' hog'}"
-            print(f"  {label:<36} {spread(samples[f'{level}|{kind}'], ' tok/s', 1)}")
-    for kind in hogs[1:]:
-        for level in levels:
-            r = _ratio(samples[f"{level}|{kind}"], samples[f"{level}|alone"])
-            print(f"  cpu_poll {level}: beside the {kind} hog / alone = {r}")
-        for level in levels[1:]:
-            r = _ratio(samples[f"{levels[0]}|{kind}"], samples[f"{level}|{kind}"])
-            print(f"  beside the {kind} hog: cpu_poll {levels[0]} / cpu_poll {level} = {r}")
-    print(f"  target: cpu_poll {levels[0]} beside the busy hog / alone >= 0.4x")
+        return interleave(args.rounds, {f"{level}|{kind}": f for (level, kind), f in sides.items()})
 
 
 def _ratio(variant: list[float], baseline: list[float]) -> str:

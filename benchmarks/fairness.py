@@ -153,8 +153,7 @@ async def measure_prefill(base: str, rounds: int, tokens: int) -> None:
             print(
                 f"round {n + 1}: quiet key time per token idle {idle * 1000:.0f} ms, beside the long "
                 f"prompt {busy * 1000:.0f} ms, ratio {busy / idle:.2f}x (first token {idle_first:.2f} s "
-                f"-> {busy_first:.2f} s)"
-                + ("" if still_reading else "; the long request ended first"),
+                f"-> {busy_first:.2f} s)" + ("" if still_reading else "; the long request ended first"),
                 flush=True,
             )
         # What the small batches and turns cost a long prompt read alone.

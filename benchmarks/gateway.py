@@ -29,8 +29,12 @@ import httpx
 from benchmarks._server import KEY, running_server
 
 BODY = {"model": "kimi-k3", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
-ENGINE = {"KIMI_TEST_ENGINE": "scripted", "KIMI_TEST_ENGINE_TOKENS": "4", "KIMI_LOG_LEVEL": "warning",
-          "KIMI_PRICES": '{"kimi-k3": {"input": "0.6", "output": "2.5"}}'}
+ENGINE = {
+    "KIMI_TEST_ENGINE": "scripted",
+    "KIMI_TEST_ENGINE_TOKENS": "4",
+    "KIMI_LOG_LEVEL": "warning",
+    "KIMI_PRICES": '{"kimi-k3": {"input": "0.6", "output": "2.5"}}',
+}
 
 
 def reachable(port: int) -> bool:
@@ -46,8 +50,9 @@ async def measure(base: str, key: str, total: int, concurrency: int) -> dict[str
     errors: list[int] = []
     queue = iter(range(total))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}, limits=limits,
-                                 timeout=60) as c:
+    async with httpx.AsyncClient(
+        base_url=base, headers={"Authorization": f"Bearer {key}"}, limits=limits, timeout=60
+    ) as c:
 
         async def worker() -> None:
             for _ in queue:
@@ -81,9 +86,26 @@ def run_mode(name: str, env: dict[str, str], requests: int, concurrency: int) ->
         key = KEY
         if env.get("KIMI_GATEWAY_ENABLED") != "false":
             done = subprocess.run(
-                [sys.executable, "-m", "kimi_server.cli", "keys", "create", "--name", "bench", "--rpm", "10000000",
-                 "--tpm", "1000000000", "--budget", "1000000", "--allow-unpriced-budget"],
-                env={**os.environ, **env}, capture_output=True, text=True, check=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "kimi_server.cli",
+                    "keys",
+                    "create",
+                    "--name",
+                    "bench",
+                    "--rpm",
+                    "10000000",
+                    "--tpm",
+                    "1000000000",
+                    "--budget",
+                    "1000000",
+                    "--allow-unpriced-budget",
+                ],
+                env={**os.environ, **env},
+                capture_output=True,
+                text=True,
+                check=True,
             )
             key = done.stdout.strip().splitlines()[-1]
         with running_server("smollm2-135m", env=env) as base:
@@ -106,10 +128,16 @@ def main() -> None:
     pg, redis = reachable(5432), reachable(6379)
     db_name = "kimi_bench_" + secrets.token_hex(4)
     if pg and redis:
-        modes.append(("on, PostgreSQL + Redis", {
-            "KIMI_DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{db_name}",
-            "KIMI_REDIS_URL": "redis://127.0.0.1:6379/0", "KIMI_REDIS_PREFIX": f"bench-{db_name}:",
-        }))
+        modes.append(
+            (
+                "on, PostgreSQL + Redis",
+                {
+                    "KIMI_DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{db_name}",
+                    "KIMI_REDIS_URL": "redis://127.0.0.1:6379/0",
+                    "KIMI_REDIS_PREFIX": f"bench-{db_name}:",
+                },
+            )
+        )
         _pg_admin(f"CREATE DATABASE {db_name}")
     results: dict[str, Any] = {}
     try:
@@ -125,8 +153,10 @@ def main() -> None:
         s, lo = r["single"], r["loaded"]
         added = s["p50_ms"] - off["single"]["p50_ms"]
         ratio = lo["rps"] / off["loaded"]["rps"]
-        print(f"{name:26} {s['p50_ms']:10.2f} {added:8.2f} {lo['p50_ms']:9.1f} {lo['p99_ms']:9.1f} "
-              f"{lo['rps']:8.0f} {ratio:6.2f}" + (f"  ({lo['errors']:.0f} connection errors)" if lo["errors"] else ""))
+        print(
+            f"{name:26} {s['p50_ms']:10.2f} {added:8.2f} {lo['p50_ms']:9.1f} {lo['p99_ms']:9.1f} "
+            f"{lo['rps']:8.0f} {ratio:6.2f}" + (f"  ({lo['errors']:.0f} connection errors)" if lo["errors"] else "")
+        )
     if not (pg and redis):
         print("(PostgreSQL or Redis not reachable: that mode was not measured)")
 

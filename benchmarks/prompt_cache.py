@@ -22,6 +22,7 @@ from contextlib import ExitStack
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from benchmarks._measure import interleave, machine_note, ratio, spread
 from benchmarks._server import KEY, running_server
@@ -37,15 +38,15 @@ def document(words: int) -> str:
     return " ".join(parts)
 
 
-def ttft(client: openai.OpenAI, messages: list[dict[str, Any]]) -> tuple[float, dict[str, Any]]:
+def ttft(client: openai.OpenAI, messages: list[ChatCompletionMessageParam]) -> tuple[float, dict[str, Any]]:
     """Seconds until the first streamed delta, and the request's usage."""
     start = time.perf_counter()
     first: float | None = None
     usage: dict[str, Any] = {}
     stream = client.chat.completions.create(
         model=MODEL,
-        messages=messages,  # type: ignore[arg-type]
-        reasoning_effort="low",  # type: ignore[arg-type]
+        messages=messages,
+        reasoning_effort="low",
         max_completion_tokens=4,
         stream=True,
         stream_options={"include_usage": True},
@@ -83,11 +84,13 @@ def shared_prefix(client: openai.OpenAI, rounds: int, words: int) -> None:
 
     samples = interleave(rounds, {"cold": cold, "cached": cached})
     print(f"shared prefix TTFT: cold {spread(samples['cold'], ' s')}, cached {spread(samples['cached'], ' s')}")
-    print(f"shared prefix: cached / cold TTFT (ratio of medians) = {ratio(samples['cached'], samples['cold']):.3f}"
-          "  (target <= 0.2)")
+    print(
+        f"shared prefix: cached / cold TTFT (ratio of medians) = {ratio(samples['cached'], samples['cold']):.3f}"
+        "  (target <= 0.2)"
+    )
 
 
-def ask(prefix: str, question: str) -> list[dict[str, Any]]:
+def ask(prefix: str, question: str) -> list[ChatCompletionMessageParam]:
     return [{"role": "system", "content": prefix}, {"role": "user", "content": question}]
 
 
@@ -103,7 +106,7 @@ def conversation_turns(turns: int) -> list[tuple[str, str]]:
 def conversation(client: openai.OpenAI, turns: int) -> tuple[float, list[str]]:
     """Sum of TTFT over the turns; each turn sends the whole history plus a new user turn. A new
     tag per call, so nothing is reused from an earlier round."""
-    history: list[dict[str, Any]] = [{"role": "system", "content": f"[{uuid.uuid4().hex}] Be brief."}]
+    history: list[ChatCompletionMessageParam] = [{"role": "system", "content": f"[{uuid.uuid4().hex}] Be brief."}]
     total = 0.0
     notes = []
     for user, assistant in conversation_turns(turns):
@@ -140,13 +143,18 @@ def main() -> None:
             total, notes[name] = conversation(c, args.turns)
             return total
 
-        samples = interleave(args.rounds, {"with": lambda: run("with", client),
-                                           "without": lambda: run("without", uncached)})
-    print(f"{args.turns} turns, sum of TTFT: with the cache {spread(samples['with'], ' s')}, "
-          f"without {spread(samples['without'], ' s')}")
+        samples = interleave(
+            args.rounds, {"with": lambda: run("with", client), "without": lambda: run("without", uncached)}
+        )
+    print(
+        f"{args.turns} turns, sum of TTFT: with the cache {spread(samples['with'], ' s')}, "
+        f"without {spread(samples['without'], ' s')}"
+    )
     print(f"  last round per turn, with: {', '.join(notes['with'])}")
-    print(f"{args.turns} turns: with / without the cache (ratio of medians) = "
-          f"{ratio(samples['with'], samples['without']):.3f}")
+    print(
+        f"{args.turns} turns: with / without the cache (ratio of medians) = "
+        f"{ratio(samples['with'], samples['without']):.3f}"
+    )
     print(f"model {args.model}, {args.threads} threads, {args.rounds} interleaved rounds; {machine_note()}")
 
 

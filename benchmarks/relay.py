@@ -18,7 +18,8 @@ at 32 and 64 concurrent non-streaming requests; SSE events/s at 16 concurrent st
 relay's own CPU time per request and per event (from /proc, its whole process tree). The load
 generator is a raw keep-alive HTTP/1.1 client, one connection per worker, so it is never what
 limits a relay. ``--workers`` adds a scaling run: kimi-server with ``--workers 1, 2, N`` on
-N cores at 64 concurrent.
+N cores at 64 concurrent, with nginx as the upstream and wrk as the load where both are
+installed (``benchmarks/c_peers.py``), so that the peers leave the cores to the relay.
 
     python benchmarks/relay.py [--quick] [--rounds 3] [--requests 2000] [--workers] [--litellm]
 """
@@ -42,10 +43,11 @@ from typing import Any
 
 import httpx
 
+from benchmarks import c_peers
 from benchmarks._measure import machine_note
 from benchmarks._server import KEY, _free_port
 
-BODY = {"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+BODY: dict[str, Any] = {"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
 STREAM_BODY = {**BODY, "max_tokens": 1000, "stream": True}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -53,33 +55,54 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # -- the fake upstream: prebuilt answers written in one go ------------------------------------------
 
 
+def sse_frame(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    obj = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def sse_tail(n: int) -> list[bytes]:
+    usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+    return [b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n", b"data: [DONE]\n\n"]
+
+
+def short_sse() -> list[bytes]:
+    """The streamed answer to a short request: three deltas, the usage, ``[DONE]``."""
+    frames = [
+        sse_frame({"role": "assistant", "content": "Hello"}),
+        sse_frame({"content": " there."}),
+        sse_frame({}, "stop"),
+    ]
+    return frames + sse_tail(3)
+
+
 def upstream_answers(chunks: int) -> tuple[bytes, bytes, bytes]:
     """(JSON answer, short SSE answer, long SSE answer), each a whole HTTP response."""
-
-    def frame(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        obj = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
     def chunked(frames: list[bytes]) -> bytes:
         head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
         return head + b"".join(b"%x\r\n%s\r\n" % (len(f), f) for f in frames) + b"0\r\n\r\n"
 
-    def tail(n: int) -> list[bytes]:
-        usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
-        return [b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n", b"data: [DONE]\n\n"]
-
-    answer = json.dumps({
-        "id": "c", "object": "chat.completion", "created": 1, "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there."},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
-    }).encode()
-    plain = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
-        len(answer), answer)
-    short = [frame({"role": "assistant", "content": "Hello"}), frame({"content": " there."}), frame({}, "stop")]
-    long = [frame({"content": "tok "}) for _ in range(chunks)] + [frame({}, "stop")]
-    return plain, chunked(short + tail(3)), chunked(long + tail(chunks))
+    answer = json.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "Hello there."}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+        }
+    ).encode()
+    plain = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(answer), answer)
+    long = [sse_frame({"content": "tok "}) for _ in range(chunks)] + [sse_frame({}, "stop")]
+    return plain, chunked(short_sse()), chunked(long + sse_tail(chunks))
 
 
 def serve_upstream(port: int, chunks: int) -> None:
@@ -91,7 +114,7 @@ def serve_upstream(port: int, chunks: int) -> None:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lower = head.lower()
                 at = lower.find(b"content-length:")
-                size = int(lower[at + 15:lower.index(b"\r\n", at)]) if at >= 0 else 0
+                size = int(lower[at + 15 : lower.index(b"\r\n", at)]) if at >= 0 else 0
                 body = json.loads(await reader.readexactly(size)) if size else {}
                 if not body.get("stream"):
                     writer.write(plain)
@@ -132,11 +155,19 @@ def serve_bare(port: int, upstream: str, clients: int) -> None:
 
     async def chat(request: Request) -> Response:
         client = next(pool)
-        req = client.build_request("POST", f"{upstream}/chat/completions", content=await request.body(),
-                                   headers={"content-type": "application/json"})
+        req = client.build_request(
+            "POST",
+            f"{upstream}/chat/completions",
+            content=await request.body(),
+            headers={"content-type": "application/json"},
+        )
         resp = await client.send(req, stream=True)
-        return StreamingResponse(resp.aiter_raw(), status_code=resp.status_code,
-                                 media_type=resp.headers.get("content-type"), background=BackgroundTask(resp.aclose))
+        return StreamingResponse(
+            resp.aiter_raw(),
+            status_code=resp.status_code,
+            media_type=resp.headers.get("content-type"),
+            background=BackgroundTask(resp.aclose),
+        )
 
     app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
@@ -148,8 +179,10 @@ def serve_bare(port: int, upstream: str, clients: int) -> None:
 class Conn:
     def __init__(self, port: int, path: str, key: str) -> None:
         self.port = port
-        self.head = (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-                     f"authorization: Bearer {key}\r\n").encode()
+        self.head = (
+            f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            f"authorization: Bearer {key}\r\n"
+        ).encode()
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -182,7 +215,7 @@ class Conn:
             data = b"".join(parts)
         else:
             at = lower.find(b"content-length:")
-            data = await self.reader.readexactly(int(lower[at + 15:lower.index(b"\r\n", at)]))
+            data = await self.reader.readexactly(int(lower[at + 15 : lower.index(b"\r\n", at)]))
         if b"connection: close" in lower:
             self.close()
         return status, data
@@ -286,10 +319,12 @@ def pin(pid: int, cores: set[int] | None) -> None:
             os.sched_setaffinity(pid, cores)
 
 
-def start(args: list[str], port: int, cores: set[int] | None, env: dict[str, str] | None = None,
-          health: str = "/") -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(args, env={**os.environ, **(env or {})},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start(
+    args: list[str], port: int, cores: set[int] | None, env: dict[str, str] | None = None, health: str = "/"
+) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        args, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     pin(proc.pid, cores)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -322,24 +357,56 @@ class Relay:
 
 def stored_key(env: dict[str, str]) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "kimi_server.cli", "keys", "create", "--name", "bench", "--rpm", "10000000",
-         "--tpm", "1000000000", "--budget", "1000000", "--models", BODY["model"]],
-        env={**os.environ, **env}, capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "kimi_server.cli",
+            "keys",
+            "create",
+            "--name",
+            "bench",
+            "--rpm",
+            "10000000",
+            "--tpm",
+            "1000000000",
+            "--budget",
+            "1000000",
+            "--models",
+            str(BODY["model"]),
+        ],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    return done.stdout.strip().splitlines()[-1]
+    key: str = done.stdout.strip().splitlines()[-1]
+    return key
 
 
 KIMI_ENV = {"KIMI_LOG_LEVEL": "warning", "KIMI_PRICES": '{"kimi-k3.1-pro": {"input": "0.6", "output": "2.5"}}'}
 
 
-def start_kimi(tmp: str, name: str, upstream: str, cores: set[int] | None, workers: int = 1,
-               stored: bool = False) -> Relay:
+def start_kimi(
+    tmp: str, name: str, upstream: str, cores: set[int] | None, workers: int = 1, stored: bool = False
+) -> Relay:
     port = _free_port()
     data = os.path.join(tmp, name.replace(" ", "-"))
     env = {**KIMI_ENV, "KIMI_DATA_DIR": data}
     key = stored_key(env) if stored else KEY
-    cmd = [sys.executable, "-m", "kimi_server.cli", "serve", "--port", str(port), "--upstream", upstream,
-           "--api-key", KEY, "--workers", str(workers)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kimi_server.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--upstream",
+        upstream,
+        "--api-key",
+        KEY,
+        "--workers",
+        str(workers),
+    ]
     return Relay(name, port, start(cmd, port, cores, env, health="/health"), key=key)
 
 
@@ -389,8 +456,10 @@ def report(relays: list[Relay], direct_note: str) -> None:
     row("64 vs 32 concurrent", lambda r: f"{r.median('rps64') / r.median('rps32'):.2f}x")
     row("relay CPU per request, 64 concurrent", lambda r: f"{r.median('cpu64') * 1000:.2f} ms")
     row("added latency p50 (sequential)", lambda r: f"{r.median('added') * 1000:.2f} ms")
-    row("added latency p99 (sequential)",
-        lambda r: f"{statistics.quantiles(r.samples['added'], n=100)[98] * 1000:.2f} ms")
+    row(
+        "added latency p99 (sequential)",
+        lambda r: f"{statistics.quantiles(r.samples['added'], n=100)[98] * 1000:.2f} ms",
+    )
     row("SSE events/s, 16 streams", lambda r: f"{r.median('events'):,.0f}")
     row("relay CPU per SSE event", lambda r: f"{r.median('cpu_event') * 1e6:.0f} µs")
     row("RSS", lambda r: f"{rss_mb(r.proc.pid):.0f} MB")
@@ -444,9 +513,11 @@ def run_relays(args: argparse.Namespace, upstream: str, up_port: int, relay_core
                     print(f"  round {n + 1}/{args.rounds} done", file=sys.stderr)
 
             asyncio.run(all_rounds())
-            note = (f"Relays pinned to core(s) {sorted(relay_cores) if relay_cores else 'any'}; "
-                    f"{args.rounds} interleaved rounds, medians; {args.requests} requests per throughput "
-                    f"figure, {args.streams} streams x {args.chunks} chunks; {machine_note()}.")
+            note = (
+                f"Relays pinned to core(s) {sorted(relay_cores) if relay_cores else 'any'}; "
+                f"{args.rounds} interleaved rounds, medians; {args.requests} requests per throughput "
+                f"figure, {args.streams} streams x {args.chunks} chunks; {machine_note()}."
+            )
             report(relays, note)
             verdict(relays)
         finally:
@@ -455,33 +526,67 @@ def run_relays(args: argparse.Namespace, upstream: str, up_port: int, relay_core
                 r.proc.wait(timeout=30)
 
 
+def python_load(r: Relay, requests: int) -> float:
+    """64 concurrent from this process's own client; the relay's CPU seconds per request."""
+    before = tree_cpu(r.proc.pid)
+    r.add("rps64", asyncio.run(rps(r.port, r.path, r.key, requests, 64)))
+    return (tree_cpu(r.proc.pid) - before) / (requests + 64)
+
+
+def wrk_load(r: Relay, seconds: float) -> float:
+    """64 concurrent from wrk; the relay's CPU seconds per request."""
+    before = tree_cpu(r.proc.pid)
+    done = c_peers.wrk(f"http://127.0.0.1:{r.port}{r.path}", r.key, json.dumps(BODY), 64, seconds)
+    if done.errors:
+        raise RuntimeError(f"{r.name}: {done.errors} failed requests under wrk")
+    r.add("rps64", done.rps)
+    return (tree_cpu(r.proc.pid) - before) / done.requests
+
+
 def run_workers(args: argparse.Namespace, upstream: str) -> None:
+    """``--workers 1, 2, N`` at 64 concurrent, nothing pinned. Where nginx and wrk are installed
+    they are the upstream and the load (a few tens of microseconds per request each), so the
+    cores go to the relay; otherwise the Python upstream and client share the cores with it."""
     cores = os.cpu_count() or 1
     counts = sorted({1, 2, cores}) if cores > 1 else [1]
+    nginx = c_peers.NginxUpstream(_free_port(), b"".join(short_sse())) if c_peers.available() else None
+    if nginx is not None:
+        upstream = f"http://127.0.0.1:{nginx.port}/v1"
+    seconds = max(3.0, args.requests / 400)
     with tempfile.TemporaryDirectory() as tmp:
         relays = [start_kimi(tmp, f"kimi workers={n}", upstream, None, workers=n, stored=True) for n in counts]
         try:
-            async def all_rounds() -> None:
-                for _ in range(args.rounds):
-                    for r in relays:
-                        before = tree_cpu(r.proc.pid)
-                        r.add("rps64", await rps(r.port, r.path, r.key, args.requests, 64))
-                        r.add("cpu64", (tree_cpu(r.proc.pid) - before) / (args.requests + 64))
-
             for r in relays:  # every worker up and warm (/health answered once the first was)
                 time.sleep(2)
                 asyncio.run(rps(r.port, r.path, r.key, 500, 64))
-            asyncio.run(all_rounds())
+            for _ in range(args.rounds):
+                for r in relays:
+                    r.add("cpu64", wrk_load(r, seconds) if nginx is not None else python_load(r, args.requests))
         finally:
             for r in relays:
                 r.proc.terminate()
                 r.proc.wait(timeout=30)
+            if nginx is not None:
+                nginx.close()
+    report_workers(relays, cores, with_c_peers=nginx is not None)
+
+
+def report_workers(relays: list[Relay], cores: int, *, with_c_peers: bool) -> None:
     one = relays[0].median("rps64")
-    print(f"\n--workers scaling (stored key, 64 concurrent, not pinned; the upstream and this client share "
-          f"the same {cores} cores, so on a small machine they limit the figures too):")
+    peers = (
+        "nginx as the upstream and wrk as the load (C, a few tens of microseconds per request each)"
+        if with_c_peers
+        else "the Python upstream and client (install nginx and wrk for peers that leave the cores to the relay)"
+    )
+    print(f"\n--workers scaling (stored key, 64 concurrent, not pinned, {cores} cores shared with {peers}):")
     for r in relays:
-        print(f"  {r.name:18} {r.median('rps64'):8,.0f} requests/s  {r.median('rps64') / one:.2f}x one worker  "
-              f"CPU per request {r.median('cpu64') * 1000:.2f} ms (all workers)")
+        print(
+            f"  {r.name:18} {r.median('rps64'):8,.0f} requests/s  {r.median('rps64') / one:.2f}x one worker  "
+            f"CPU per request {r.median('cpu64') * 1000:.2f} ms (all workers)"
+        )
+    if len(relays) > 1:
+        two = relays[1].median("rps64") / one
+        print(f"  --workers 2 vs 1: {two:.2f}x  target >= 1.7x  {'ok' if two >= 1.7 else 'MISSED'}")
 
 
 def main() -> None:
@@ -510,8 +615,11 @@ def main() -> None:
     pin(os.getpid(), others)
     up_port = _free_port()
     upstream = f"http://127.0.0.1:{up_port}/v1"
-    up = start([sys.executable, "-m", "benchmarks.relay", "--chunks", str(args.chunks), "--serve-upstream",
-                str(up_port)], up_port, others)
+    up = start(
+        [sys.executable, "-m", "benchmarks.relay", "--chunks", str(args.chunks), "--serve-upstream", str(up_port)],
+        up_port,
+        others,
+    )
     try:
         run_relays(args, upstream, up_port, relay_cores)
         if args.workers:

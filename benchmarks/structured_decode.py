@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,7 @@ PROMPT = "<|im_start|>user\nList some short words.<|im_end|>\n<|im_start|>assist
 # Long enough that the grammar never completes within the token budget.
 LIST_SCHEMA = {
     "type": "object",
-    "properties": {"words": {"type": "array", "minItems": 500,
-                             "items": {"type": "string", "maxLength": 12}}},
+    "properties": {"words": {"type": "array", "minItems": 500, "items": {"type": "string", "maxLength": 12}}},
     "required": ["words"],
     "additionalProperties": False,
 }
@@ -51,8 +52,14 @@ def load(path: Path, threads: int) -> Any:
 
 
 def ms_per_token(server: Any, tokens: int, grammar: str | None) -> float:
-    body: dict[str, Any] = {"prompt": PROMPT, "n_predict": tokens, "temperature": 0.7,
-                            "seed": 1, "ignore_eos": True, "cache_prompt": True}
+    body: dict[str, Any] = {
+        "prompt": PROMPT,
+        "n_predict": tokens,
+        "temperature": 0.7,
+        "seed": 1,
+        "ignore_eos": True,
+        "cache_prompt": True,
+    }
     if grammar is not None:
         body["grammar"] = grammar
     result = server.handle_completions(body)
@@ -82,12 +89,15 @@ def main() -> None:
     }
     for grammar in grammars.values():  # warm-up: first-use costs (tokenizer tables) excluded
         ms_per_token(server, 8, grammar)
-    samples = interleave(args.rounds, {
-        name: (lambda g=grammar: ms_per_token(server, args.tokens, g)) for name, grammar in grammars.items()
-    })
+    sides: dict[str, Callable[[], float]] = {
+        name: partial(ms_per_token, server, args.tokens, g) for name, g in grammars.items()
+    }
+    samples = interleave(args.rounds, sides)
     base = samples["unconstrained"]
-    print(f"model {Path(path).name}, {args.tokens} tokens x {args.rounds} interleaved rounds, "
-          f"{args.threads} threads; {machine_note()}")
+    print(
+        f"model {Path(path).name}, {args.tokens} tokens x {args.rounds} interleaved rounds, "
+        f"{args.threads} threads; {machine_note()}"
+    )
     print("ms per generated token, median [min-max]:")
     for name, values in samples.items():
         print(f"  {name:14s} {spread(values)}   ratio of medians vs unconstrained {ratio(values, base):.2f}x")

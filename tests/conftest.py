@@ -1,4 +1,9 @@
-"""Shared fixtures: a scripted-engine app for contract tests, and the real server for e2e tests."""
+"""Shared fixtures: a scripted-engine app for contract tests, and the real server for e2e tests.
+
+Tests that start a server or engine process, or load the real model, are marked ``e2e``; tests
+that need PostgreSQL or Redis are marked ``integration``. The helpers that do either check the
+mark of the running test, so an unmarked one fails at once instead of slowing the fast set.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,17 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from kimi_server.engines.base import Engine
 from kimi_server.engines.scripted import ScriptedEngine
 from kimi_server.gate.auth import KeyRing
 from kimi_server.http.app import create_app
@@ -42,13 +50,72 @@ def engine() -> ScriptedEngine:
     return ScriptedEngine()
 
 
+_running_marks: set[str] = set()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before any fixture of the test is set up, so session-scoped servers see the right marks.
+    _running_marks.clear()
+    _running_marks.update(mark.name for mark in item.iter_markers())
+
+
+def require_mark(name: str, what: str) -> None:
+    """Fails the running test when it is not marked ``name`` although it needs ``what``."""
+    if name not in _running_marks:
+        pytest.fail(f"{what}: mark the test @pytest.mark.{name}", pytrace=False)
+
+
+def scripted_engines(engine: Engine) -> EngineSet:
+    """Every catalogue model served by the one ``engine``."""
+    return EngineSet({spec.id: engine for spec in CATALOGUE})
+
+
+def build_app(
+    data_dir: Path, engine: Engine | None = None, *, keys: Sequence[str] = (TEST_KEY,), **settings: Any
+) -> FastAPI:
+    """The real app with ``engine`` (a fresh ScriptedEngine by default) serving every catalogue
+    model; ``keys`` are the static API keys, ``settings`` any other Settings fields."""
+    config = Settings(api_keys=list(keys), data_dir=data_dir, **settings)
+    return create_app(config, scripted_engines(engine or ScriptedEngine()), KeyRing(list(keys)))
+
+
+class ScriptedApp(Protocol):
+    def __call__(
+        self,
+        engine: Engine | None = None,
+        *,
+        keys: Sequence[str] = ...,
+        key: str | None = ...,
+        anonymous: bool = ...,
+        **settings: Any,
+    ) -> TestClient: ...
+
+
 @pytest.fixture
-def client(engine: ScriptedEngine, tmp_path: Path) -> Iterator[TestClient]:
-    engines = EngineSet({spec.id: engine for spec in CATALOGUE})
-    settings = Settings(api_keys=[TEST_KEY], data_dir=tmp_path / "data")
-    app = create_app(settings, engines, KeyRing([TEST_KEY, OTHER_KEY]))
-    auth = {"Authorization": f"Bearer {TEST_KEY}"}
-    with TestClient(app, headers=auth, raise_server_exceptions=False) as c:
+def scripted_app(tmp_path: Path) -> ScriptedApp:
+    """Makes a TestClient (enter it with ``with``) for the app around a scripted engine, sending
+    ``key`` (the first of ``keys`` by default; no key with ``anonymous``) on every request. Server
+    errors come back as 500s, as a client would see them."""
+
+    def make(
+        engine: Engine | None = None,
+        *,
+        keys: Sequence[str] = (TEST_KEY,),
+        key: str | None = None,
+        anonymous: bool = False,
+        **settings: Any,
+    ) -> TestClient:
+        app = build_app(settings.pop("data_dir", tmp_path / "data"), engine, keys=keys, **settings)
+        sent = key or keys[0]
+        headers = {} if anonymous else {"Authorization": f"Bearer {sent}"}
+        return TestClient(app, headers=headers, raise_server_exceptions=False)
+
+    return make
+
+
+@pytest.fixture
+def client(engine: ScriptedEngine, scripted_app: ScriptedApp) -> Iterator[TestClient]:
+    with scripted_app(engine, keys=[TEST_KEY, OTHER_KEY]) as c:
         yield c
 
 
@@ -69,6 +136,7 @@ class LiveServer:
 def start_server(
     tmp: Path, *extra: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[bytes], LiveServer]:
+    require_mark("e2e", "starts a kimi-server process")
     port = _free_port()
     log = tmp / "server.log"
     full_env = {
@@ -79,10 +147,23 @@ def start_server(
         **(env or {}),
     }
     cmd = [
-        sys.executable, "-m", "kimi_server.cli", "serve",
-        "--port", str(port), "--model", TEST_MODEL,
-        "--api-key", TEST_KEY, "--api-key", OTHER_KEY,
-        "--parallel", "8", "--ctx-size", "16384", *extra,
+        sys.executable,
+        "-m",
+        "kimi_server.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--model",
+        TEST_MODEL,
+        "--api-key",
+        TEST_KEY,
+        "--api-key",
+        OTHER_KEY,
+        "--parallel",
+        "8",
+        "--ctx-size",
+        "16384",
+        *extra,
     ]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env)

@@ -22,11 +22,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from kimi_server.engines.scripted import ScriptedEngine
-from kimi_server.gate.auth import KeyRing
-from kimi_server.http.app import create_app
-from kimi_server.policy.catalogue import CATALOGUE
-from kimi_server.serving.common import EngineSet
-from kimi_server.settings import Settings
+from tests.conftest import build_app, require_mark
 
 PG_ADMIN_URL = os.environ.get("KIMI_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("KIMI_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -60,6 +56,7 @@ def need_service(name: str, port: int) -> None:
 @contextmanager
 def postgres_database() -> Iterator[str]:
     """A fresh, empty database on the local PostgreSQL; its SQLAlchemy URL. Dropped after."""
+    require_mark("integration", "needs PostgreSQL")
     need_service("PostgreSQL", 5432)
     import asyncpg
 
@@ -80,18 +77,16 @@ def postgres_database() -> Iterator[str]:
 
 
 def redis_prefix() -> str:
+    require_mark("integration", "needs Redis")
     need_service("Redis", 6379)
     return f"kimi-test-{secrets.token_hex(4)}:"
 
 
 def make_app(tmp: Path, engine: ScriptedEngine | None = None, **settings: Any) -> tuple[FastAPI, ScriptedEngine]:
     engine = engine or ScriptedEngine()
-    engines = EngineSet({spec.id: engine for spec in CATALOGUE})
     # The bursts here test the gateway's limits, not the overload queue (tests/test_overload.py).
-    queue = {"queue_max": 1024, "queue_max_per_key": 1024}
-    settings = {"api_keys": [STATIC_KEY], "data_dir": tmp / "data", "admin_key": ADMIN_KEY, **queue, **settings}
-    conf = Settings(**settings)
-    return create_app(conf, engines, KeyRing([STATIC_KEY])), engine
+    settings = {"admin_key": ADMIN_KEY, "queue_max": 1024, "queue_max_per_key": 1024, **settings}
+    return build_app(tmp / "data", engine, keys=[STATIC_KEY], **settings), engine
 
 
 @contextmanager

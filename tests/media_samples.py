@@ -25,7 +25,8 @@ def mp4(seconds: float = 1.0, fps: int = 10) -> bytes:
         stream = out.add_stream("mpeg4", rate=fps)
         stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
         for n in range(int(seconds * fps)):
-            frame = av.VideoFrame.from_image(Image.new("RGB", (64, 48), (n * 8 % 255, 90, 30)))
+            image = Image.new("RGB", (64, 48), (n * 8 % 255, 90, 30))
+            frame = av.VideoFrame.from_image(image)  # type: ignore[no-untyped-call]  # PyAV leaves it untyped
             for packet in stream.encode(frame):
                 out.mux(packet)
         for packet in stream.encode():

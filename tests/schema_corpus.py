@@ -20,8 +20,28 @@ from jsonschema import Draft202012Validator
 
 Schema = dict[str, Any]
 WORDS = ["alpha", "beta", "gamma", "delta", "red", "green", "blue", "north", "south", "small"]
-NAMES = ["name", "title", "city", "count", "score", "tags", "active", "kind", "size", "note",
-         "owner", "level", "items", "point", "ratio", "code", "when", "id", "extra", "meta"]
+NAMES = [
+    "name",
+    "title",
+    "city",
+    "count",
+    "score",
+    "tags",
+    "active",
+    "kind",
+    "size",
+    "note",
+    "owner",
+    "level",
+    "items",
+    "point",
+    "ratio",
+    "code",
+    "when",
+    "id",
+    "extra",
+    "meta",
+]
 
 
 def _string(rng: random.Random) -> Schema:
@@ -64,8 +84,12 @@ def _array(rng: random.Random, depth: int) -> Schema:
 
 
 def _any_of(rng: random.Random) -> Schema:
-    return {"anyOf": [_leaf(rng), {"type": "object", "properties": {"v": _leaf(rng)},
-                                   "required": ["v"], "additionalProperties": False}]}
+    return {
+        "anyOf": [
+            _leaf(rng),
+            {"type": "object", "properties": {"v": _leaf(rng)}, "required": ["v"], "additionalProperties": False},
+        ]
+    }
 
 
 def _value(rng: random.Random, depth: int) -> Schema:
@@ -83,21 +107,22 @@ def _object(rng: random.Random, depth: int, size: int | None = None) -> Schema:
     names = rng.sample(NAMES, size or rng.randint(1, 3))
     props = {n: _value(rng, depth) for n in names}
     required = [n for n in names if rng.random() < 0.7] or names[:1]
-    return {"type": "object", "properties": props, "required": required,
-            "additionalProperties": False}
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
 def _with_defs(rng: random.Random) -> Schema:
     unit = {"enum": ["cm", "m", "km"]}
-    point = {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0,
-             "maximum": 99}, "unit": {"$ref": "#/$defs/unit"}}, "required": ["x", "unit"],
-             "additionalProperties": False}
+    point = {
+        "type": "object",
+        "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 99}, "unit": {"$ref": "#/$defs/unit"}},
+        "required": ["x", "unit"],
+        "additionalProperties": False,
+    }
     root = _object(rng, 1, size=1)
     root["$defs"] = {"unit": unit, "point": point}
     root["properties"]["where"] = {"$ref": "#/$defs/point"}
     if rng.random() < 0.5:
-        root["properties"]["path"] = {"type": "array", "items": {"$ref": "#/$defs/point"},
-                                      "maxItems": 2}
+        root["properties"]["path"] = {"type": "array", "items": {"$ref": "#/$defs/point"}, "maxItems": 2}
     root["required"] = [*root["required"], "where"]
     return root
 
@@ -177,9 +202,7 @@ def check(schema: Schema, outcome: Outcome) -> str | None:
     return f"invalid: {errors[:3]} in {outcome.text[:200]!r}" if errors else None
 
 
-def run_corpus(
-    schemas: list[Schema], request: Callable[[int, Schema], Outcome], workers: int = 8
-) -> list[str]:
+def run_corpus(schemas: list[Schema], request: Callable[[int, Schema], Outcome], workers: int = 8) -> list[str]:
     """Runs every schema through ``request`` (concurrently) and returns the failures."""
     with ThreadPoolExecutor(workers) as pool:
         outcomes = list(pool.map(lambda pair: request(*pair), enumerate(schemas)))
@@ -194,8 +217,18 @@ def run_corpus(
 # Hostile input, for the fuzz tests: schemas a client may send to stall the grammar or the
 # answer, and prompt texts that break naive line or character handling.
 CATASTROPHIC_PATTERNS = (
-    "^(a+)+$", "^(a|a)*$", "^(a*)*b$", "^((a+)+)+$", "^(\\w+\\s?)*$", "^(.*){50}$", "^(a?){30}a{30}$",
-    "^[ab]*a[ab]{30}$", "(.*a){25}", "^(a{1000}){1000}$", "^\\p{L}{1000,4096}$", "^[\\s\\S]{4096}$",
+    "^(a+)+$",
+    "^(a|a)*$",
+    "^(a*)*b$",
+    "^((a+)+)+$",
+    "^(\\w+\\s?)*$",
+    "^(.*){50}$",
+    "^(a?){30}a{30}$",
+    "^[ab]*a[ab]{30}$",
+    "(.*a){25}",
+    "^(a{1000}){1000}$",
+    "^\\p{L}{1000,4096}$",
+    "^[\\s\\S]{4096}$",
     "^([a-zA-Z0-9])(([\\-.]|[_]+)?([a-zA-Z0-9]+))*(@){1}[a-z0-9]+[.]{1}(([a-z]{2,3})|([a-z]{2,3}[.]{1}[a-z]{2,3}))$",
 )
 
@@ -209,19 +242,47 @@ REF_LOOPS: tuple[Schema, ...] = (
     {"type": "object", "properties": {"a": {"$ref": "#"}}, "additionalProperties": False},
     {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"], "additionalProperties": False},
     {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}, "required": ["kids"]},
-    {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}, "minItems": 1}},
-     "required": ["kids"], "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {"kids": {"type": "array", "items": {"$ref": "#"}, "minItems": 1}},
+        "required": ["kids"],
+        "additionalProperties": False,
+    },
     {"type": "object", "additionalProperties": {"$ref": "#"}},
-    _holding({"$ref": "#/$defs/n"}, **{"$defs": {"n": {"anyOf": [
-        {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}}, "required": ["n"],
-         "additionalProperties": False}, {"type": "null"}]}}}),
+    _holding(
+        {"$ref": "#/$defs/n"},
+        **{
+            "$defs": {
+                "n": {
+                    "anyOf": [
+                        {
+                            "type": "object",
+                            "properties": {"n": {"$ref": "#/$defs/n"}},
+                            "required": ["n"],
+                            "additionalProperties": False,
+                        },
+                        {"type": "null"},
+                    ]
+                }
+            }
+        },
+    ),
     # References that only lead to each other and never to a value.
     _holding({"$ref": "#/$defs/a"}, **{"$defs": {"a": {"$ref": "#/$defs/a"}}}),
-    _holding({"$ref": "#/$defs/a"}, **{"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/c"},
-                                                 "c": {"$ref": "#/$defs/a"}}}),
+    _holding(
+        {"$ref": "#/$defs/a"},
+        **{"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/c"}, "c": {"$ref": "#/$defs/a"}}},
+    ),
     _holding({"$ref": "#/$defs/a"}, **{"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}}),
-    _holding({"$ref": "#/$defs/a"}, **{"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}, {"$ref": "#/$defs/a"}]},
-                                                 "b": {"oneOf": [{"$ref": "#/$defs/a"}]}}}),
+    _holding(
+        {"$ref": "#/$defs/a"},
+        **{
+            "$defs": {
+                "a": {"anyOf": [{"$ref": "#/$defs/b"}, {"$ref": "#/$defs/a"}]},
+                "b": {"oneOf": [{"$ref": "#/$defs/a"}]},
+            }
+        },
+    ),
 )
 
 

@@ -57,7 +57,7 @@ BAD_CREATES: list[tuple[dict[str, Any], str]] = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.integration)])
 def backend(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     """Settings for the store: SQLite under the test's data dir, or a fresh PostgreSQL database."""
     if request.param == "sqlite":
@@ -90,13 +90,23 @@ def test_each_bad_admin_input_is_a_400_naming_the_field(tmp_path: Path, backend:
         (only,) = c.get("/admin/v1/keys").json()["data"]
         assert (only["name"], only["rpm"], only["models"], only["expires_at"]) == ("ok", None, None, None)
         # The largest values the columns hold are accepted and kept exactly, on both databases.
-        top = {"rpm": 2**31 - 1, "tpm": 2**31 - 1, "budget_usd": "9223372036.854775807",
-               "allow_unpriced_budget": True, "models": ["kimi-k3"], "expires_at": FUTURE}
+        top = {
+            "rpm": 2**31 - 1,
+            "tpm": 2**31 - 1,
+            "budget_usd": "9223372036.854775807",
+            "allow_unpriced_budget": True,
+            "models": ["kimi-k3"],
+            "expires_at": FUTURE,
+        }
         r = c.post("/admin/v1/keys", json={"name": "top", **top})
         assert r.status_code == 200, r.text
         shown = c.get("/admin/v1/keys/top").json()
         assert (shown["rpm"], shown["tpm"], shown["budget_usd"], shown["models"]) == (
-            2**31 - 1, 2**31 - 1, "9223372036.854775807", ["kimi-k3"])
+            2**31 - 1,
+            2**31 - 1,
+            "9223372036.854775807",
+            ["kimi-k3"],
+        )
 
 
 def test_models_may_name_configured_routes(tmp_path: Path) -> None:
@@ -116,8 +126,9 @@ def test_a_budget_needs_prices_for_every_model_of_the_key(
         r = c.post("/admin/v1/keys", json={"name": "all", "budget_usd": "5"})
         assert_400(r, "budget_usd")
         assert r.json()["error"]["code"] == "unpriced_budget" and "kimi-k3.1-pro" in r.json()["error"]["message"]
-        assert_400(c.post("/admin/v1/keys", json={"name": "pro", "budget_usd": "5", "models": ["kimi-k3.1-pro"]}),
-                   "budget_usd")
+        assert_400(
+            c.post("/admin/v1/keys", json={"name": "pro", "budget_usd": "5", "models": ["kimi-k3.1-pro"]}), "budget_usd"
+        )
         made = c.post("/admin/v1/keys", json={"name": "k3", "budget_usd": "10", "models": ["kimi-k3"]})
         assert made.status_code == 200, made.text
         assert made.json()["budget_usd"] == "10"  # as written, not "1E+1"
@@ -210,9 +221,7 @@ def test_cli_refuses_bad_key_input_naming_the_option(tmp_path: Path, monkeypatch
         assert r.exit_code != 0 and "--since" in r.output and "--expires" not in r.output
 
 
-def test_cli_prints_control_characters_in_names_visibly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_cli_prints_control_characters_in_names_visibly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gate_cli.out, "width", 400)  # one table row per line, whatever the terminal
     with cli_env(tmp_path, monkeypatch) as runner:
         made = runner.invoke(cli_app, ["keys", "create", "--name", "plain"])

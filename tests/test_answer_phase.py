@@ -46,16 +46,20 @@ class FakeRunner:
         yield CompletionResult(text, "stop", 10, 0, max(1, len(text) // 4))
 
 
-WEATHER = ToolSpec("get_weather", "Weather for a city.",
-                   {"type": "object", "properties": {"city": {"type": "string"}}})
+WEATHER = ToolSpec("get_weather", "Weather for a city.", {"type": "object", "properties": {"city": {"type": "string"}}})
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
 
 
 def request(question: str, **kw: Any) -> GenerationRequest:
     kw.setdefault("tools", (WEATHER,))
     return GenerationRequest(
-        model="m", messages=(Message("user", question),), effort="low",
-        budget=ReasoningBudget(0, 16), max_output_tokens=200, **kw)
+        model="m",
+        messages=(Message("user", question),),
+        effort="low",
+        budget=ReasoningBudget(0, 16),
+        max_output_tokens=200,
+        **kw,
+    )
 
 
 def reply_for(decision: str, answer_text: str) -> Reply:
@@ -106,8 +110,9 @@ def test_required_skips_the_decision_and_the_stop_sequences() -> None:
 
 
 def test_checker_names_the_tool_whose_schema_fails_and_caches_verdicts() -> None:
-    bad = ToolSpec("bad_tool", parameters={"type": "object", "properties": {
-        "a": {"type": "string", "pattern": "^a\\Z"}}})
+    bad = ToolSpec(
+        "bad_tool", parameters={"type": "object", "properties": {"a": {"type": "string", "pattern": "^a\\Z"}}}
+    )
 
     def reply(body: dict[str, Any]) -> str:
         # Like llama.cpp: a grammar that fails to compile is ignored and sampling runs free.

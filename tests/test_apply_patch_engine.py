@@ -39,8 +39,10 @@ PATCH = re.compile(rf"\*\*\* Begin Patch\n({_OP})+\*\*\* End Patch")
 
 
 def test_the_patch_format_regex_reads_the_documented_examples() -> None:
-    good = ("*** Begin Patch\n*** Update File: a.py\n@@ def f():\n-    return 1\n+    return 2\n"
-            "*** Add File: b.txt\n+hi\n*** Delete File: c.txt\n*** End Patch")
+    good = (
+        "*** Begin Patch\n*** Update File: a.py\n@@ def f():\n-    return 1\n+    return 2\n"
+        "*** Add File: b.txt\n+hi\n*** Delete File: c.txt\n*** End Patch"
+    )
     assert PATCH.fullmatch(good)
     assert not PATCH.fullmatch("*** Begin Patch\n*** End Patch")
     assert not PATCH.fullmatch("*** Begin Patch\n*** Update File: a.py\n*** End Patch")

@@ -9,12 +9,14 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
+from openai.types.shared_params import ReasoningEffort
 
 from tests.conftest import LiveServer
 
 pytestmark = pytest.mark.e2e
 
-PROMPT = [{"role": "user", "content": "Name three colours."}]
+PROMPT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]
 
 
 def sdk(server: LiveServer, key: str | None = None) -> openai.OpenAI:
@@ -23,7 +25,7 @@ def sdk(server: LiveServer, key: str | None = None) -> openai.OpenAI:
 
 def test_plain_completion_has_reasoning_and_content(live_server: LiveServer) -> None:
     resp = sdk(live_server).chat.completions.create(
-        model="kimi-k3.1-pro", messages=PROMPT, reasoning_effort="low", max_completion_tokens=200  # type: ignore[arg-type]
+        model="kimi-k3.1-pro", messages=PROMPT, reasoning_effort="low", max_completion_tokens=200
     )
     message = resp.choices[0].message
     extra: dict[str, Any] = message.model_extra or {}
@@ -41,7 +43,7 @@ def test_stream_reasoning_precedes_content_and_usage_adds_up(live_server: LiveSe
     stream = sdk(live_server).chat.completions.create(
         model="kimi-k3.1-pro-highspeed",
         messages=PROMPT,
-        reasoning_effort="low",  # type: ignore[arg-type]
+        reasoning_effort="low",
         max_completion_tokens=200,
         stream=True,
         stream_options={"include_usage": True},
@@ -78,7 +80,7 @@ def test_errors_through_the_sdk(live_server: LiveServer) -> None:
         client.chat.completions.create(model="kimi-k3", messages=PROMPT, temperature=0.5)
     assert "temperature" in str(info.value)
     ok = client.chat.completions.create(
-        model="kimi-k3.1-pro", messages=PROMPT, temperature=0.5, reasoning_effort="low", max_completion_tokens=60  # type: ignore[arg-type]
+        model="kimi-k3.1-pro", messages=PROMPT, temperature=0.5, reasoning_effort="low", max_completion_tokens=60
     )
     assert ok.choices[0].message.model_extra
 
@@ -86,9 +88,9 @@ def test_errors_through_the_sdk(live_server: LiveServer) -> None:
 def test_low_effort_reasons_less_than_max(live_server: LiveServer) -> None:
     client = sdk(live_server)
 
-    def reasoning_tokens(effort: str) -> int:
+    def reasoning_tokens(effort: ReasoningEffort) -> int:
         resp = client.chat.completions.create(
-            model="kimi-k3.1-pro", messages=PROMPT, reasoning_effort=effort, max_completion_tokens=300, seed=7  # type: ignore[arg-type]
+            model="kimi-k3.1-pro", messages=PROMPT, reasoning_effort=effort, max_completion_tokens=300, seed=7
         )
         assert resp.usage and resp.usage.completion_tokens_details
         return resp.usage.completion_tokens_details.reasoning_tokens or 0
@@ -97,13 +99,11 @@ def test_low_effort_reasons_less_than_max(live_server: LiveServer) -> None:
 
 
 def test_eight_concurrent_streams_complete(live_server: LiveServer) -> None:
-    client = openai.AsyncOpenAI(base_url=live_server.base_url, api_key=live_server.key, max_retries=0, timeout=300)
-
-    async def one(i: int) -> tuple[str, int]:
+    async def one(client: openai.AsyncOpenAI, i: int) -> tuple[str, int]:
         stream = await client.chat.completions.create(
             model="kimi-k3.1-pro",
             messages=[{"role": "user", "content": f"Count to {i + 3}."}],
-            reasoning_effort="low",  # type: ignore[arg-type]
+            reasoning_effort="low",
             max_completion_tokens=64,
             stream=True,
             stream_options={"include_usage": True},
@@ -117,7 +117,11 @@ def test_eight_concurrent_streams_complete(live_server: LiveServer) -> None:
         return text, tokens
 
     async def main() -> list[tuple[str, int]]:
-        return await asyncio.gather(*(one(i) for i in range(8)))
+        # Closed on the way out: its pooled connections go with the loop, not to the collector.
+        async with openai.AsyncOpenAI(
+            base_url=live_server.base_url, api_key=live_server.key, max_retries=0, timeout=300
+        ) as client:
+            return await asyncio.gather(*(one(client, i) for i in range(8)))
 
     results = asyncio.run(main())
     assert len(results) == 8

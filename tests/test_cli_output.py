@@ -48,8 +48,9 @@ def test_piped_lists_keep_whole_ids_and_names(tmp_path: Path, monkeypatch: pytes
 
     app, _ = make_app(tmp_path)
     with serve(app) as url:
-        answer = httpx.post(url + "/v1/chat/completions", json=chat_body(),
-                            headers={"Authorization": f"Bearer {secret}"})
+        answer = httpx.post(
+            url + "/v1/chat/completions", json=chat_body(), headers={"Authorization": f"Bearer {secret}"}
+        )
         assert answer.status_code == 200
     usage = runner.invoke(cli_app, ["usage", "--by", "key"])
     assert usage.exit_code == 0, usage.output
@@ -73,7 +74,17 @@ def _terminal(width: int) -> tuple[Console, io.StringIO]:
 
 def test_a_narrow_terminal_shows_every_value_whole() -> None:
     columns = ["id", "name", "status", "rpm", "tpm", "budget_usd", "spent_usd", "models", "max_output_tokens"]
-    row = ["key_0123456789abcdef", LONG_NAME, "active", 5, None, "2", "0", "kimi-k3,kimi-k3.1-pro", None]
+    row: list[str | int | None] = [
+        "key_0123456789abcdef",
+        LONG_NAME,
+        "active",
+        5,
+        None,
+        "2",
+        "0",
+        "kimi-k3,kimi-k3.1-pro",
+        None,
+    ]
     console, buffer = _terminal(80)
     print_rows(columns, [row], Format.TABLE, console)
     lines = buffer.getvalue().splitlines()

@@ -22,8 +22,12 @@ def test_numbers_are_compared_whole() -> None:
 
 def test_code_boilerplate_does_not_outvote_the_result() -> None:
     listing = "```python\nprint(15 / 100 * 80)\n```\n```output\n120.000000000000014999999\n```"
-    attempts = [listing, listing.replace("120.000000000000014999999", "12.00000000000433333"),
-                "15% of 80 is 12.", "The answer is 12."]
+    attempts = [
+        listing,
+        listing.replace("120.000000000000014999999", "12.00000000000433333"),
+        "15% of 80 is 12.",
+        "The answer is 12.",
+    ]
     assert most_agreed(attempts) in (2, 3)
 
 

@@ -13,12 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kimi_server.engines.scripted import ScriptedEngine
-from kimi_server.gate.auth import KeyRing
-from kimi_server.http.app import create_app
 from kimi_server.policy.catalogue import CATALOGUE
-from kimi_server.serving.common import EngineSet
 from kimi_server.settings import ModelRoute, Settings
-from tests.conftest import TEST_KEY
+from tests.conftest import ScriptedApp
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -26,17 +23,9 @@ OFF = {"type": "disabled"}
 ON = {"type": "enabled"}
 
 
-def make_client(engine: ScriptedEngine, tmp_path: Path, **settings: Any) -> TestClient:
-    engines = EngineSet({spec.id: engine for spec in CATALOGUE})
-    app = create_app(
-        Settings(api_keys=[TEST_KEY], data_dir=tmp_path / "data", **settings), engines, KeyRing([TEST_KEY])
-    )
-    return TestClient(app, headers={"Authorization": f"Bearer {TEST_KEY}"}, raise_server_exceptions=False)
-
-
 @pytest.fixture
-def moonshot(engine: ScriptedEngine, tmp_path: Path) -> Iterator[TestClient]:
-    with make_client(engine, tmp_path, contract="moonshot") as c:
+def moonshot(engine: ScriptedEngine, scripted_app: ScriptedApp) -> Iterator[TestClient]:
+    with scripted_app(engine, contract="moonshot") as c:
         yield c
 
 
@@ -59,14 +48,16 @@ def refused(resp: Any, param: str) -> None:
 # --- which profile applies ---------------------------------------------------------------------
 
 
-def test_models_report_the_profile(client: TestClient, engine: ScriptedEngine, tmp_path: Path) -> None:
+def test_models_report_the_profile(client: TestClient, engine: ScriptedEngine, scripted_app: ScriptedApp) -> None:
     listed = client.get("/v1/models").json()["data"]
     assert {m["id"]: m["contract"] for m in listed} == {s.id: "evolink" for s in CATALOGUE}
     routes = {"kimi-k3": ModelRoute(contract="moonshot")}
-    with make_client(engine, tmp_path, routes=routes) as mixed:
+    with scripted_app(engine, routes=routes) as mixed:
         listed = mixed.get("/v1/models").json()["data"]
         assert {m["id"]: m["contract"] for m in listed} == {
-            "kimi-k3.1-pro": "evolink", "kimi-k3.1-pro-highspeed": "evolink", "kimi-k3": "moonshot"
+            "kimi-k3.1-pro": "evolink",
+            "kimi-k3.1-pro-highspeed": "evolink",
+            "kimi-k3": "moonshot",
         }
         assert mixed.get("/v1/models/kimi-k3").json()["contract"] == "moonshot"
         # The route's profile, not the server's, decides: only kimi-k3 switches reasoning off.
@@ -76,9 +67,9 @@ def test_models_report_the_profile(client: TestClient, engine: ScriptedEngine, t
         assert kept["reasoning_content"] == "Let me think."
 
 
-def test_a_route_may_keep_the_reference_on_a_moonshot_server(engine: ScriptedEngine, tmp_path: Path) -> None:
+def test_a_route_may_keep_the_reference_on_a_moonshot_server(engine: ScriptedEngine, scripted_app: ScriptedApp) -> None:
     routes = {"kimi-k3": ModelRoute(contract="evolink")}
-    with make_client(engine, tmp_path, contract="moonshot", routes=routes) as c:
+    with scripted_app(engine, contract="moonshot", routes=routes) as c:
         assert c.get("/v1/models/kimi-k3").json()["contract"] == "evolink"
         assert c.get("/v1/models/kimi-k3.1-pro").json()["contract"] == "moonshot"
         assert c.post(CHAT, json=chat(presence_penalty=0.5)).status_code == 200
@@ -86,9 +77,9 @@ def test_a_route_may_keep_the_reference_on_a_moonshot_server(engine: ScriptedEng
 
 def test_unknown_contract_is_a_settings_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="contract"):
-        Settings(data_dir=tmp_path, contract="openai")
+        Settings.model_validate({"data_dir": tmp_path, "contract": "openai"})
     with pytest.raises(ValueError, match="contract"):
-        ModelRoute(contract="acme")
+        ModelRoute.model_validate({"contract": "acme"})
 
 
 # --- the thinking switch -----------------------------------------------------------------------
@@ -176,7 +167,8 @@ def test_fixed_sampling_refused(
     moonshot: TestClient, endpoint: str, thinking: dict[str, str], field: str, value: float
 ) -> None:
     make = chat if endpoint == CHAT else responses
-    refused(moonshot.post(endpoint, json=make(thinking=thinking, **{field: value})), field)
+    sampling: dict[str, Any] = {field: value}
+    refused(moonshot.post(endpoint, json=make(thinking=thinking, **sampling)), field)
 
 
 @pytest.mark.parametrize("endpoint", [CHAT, RESPONSES])
@@ -191,8 +183,8 @@ def test_temperature_follows_the_mode(moonshot: TestClient, endpoint: str) -> No
 @pytest.mark.parametrize("endpoint", [CHAT, RESPONSES])
 def test_default_values_accepted_in_both_modes(moonshot: TestClient, endpoint: str) -> None:
     make = chat if endpoint == CHAT else responses
-    fixed = {"top_p": 0.95, "presence_penalty": 0, "frequency_penalty": 0.0}
-    extra = {"n": 1} if endpoint == CHAT else {}
+    fixed: dict[str, Any] = {"top_p": 0.95, "presence_penalty": 0, "frequency_penalty": 0.0}
+    extra: dict[str, Any] = {"n": 1} if endpoint == CHAT else {}
     for thinking, temperature in ((ON, 1.0), (OFF, 0.6), (None, 1)):
         sent = make(thinking=thinking, temperature=temperature, **fixed, **extra)
         assert moonshot.post(endpoint, json=sent).status_code == 200, (thinking, temperature)

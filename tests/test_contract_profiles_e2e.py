@@ -71,8 +71,11 @@ def test_thinking_disabled_stream_on_responses(server: LiveServer) -> None:
 
 def test_evolink_route_keeps_reasoning(server: LiveServer) -> None:
     resp = sdk(server).chat.completions.create(
-        model="kimi-k3.1-pro-highspeed", messages=PROMPT, reasoning_effort="low",
-        max_completion_tokens=200, extra_body=OFF,
+        model="kimi-k3.1-pro-highspeed",
+        messages=PROMPT,
+        reasoning_effort="low",
+        max_completion_tokens=200,
+        extra_body=OFF,
     )
     assert (resp.choices[0].message.model_extra or {})["reasoning_content"].strip()
     usage = resp.usage
@@ -83,15 +86,17 @@ def test_evolink_route_keeps_reasoning(server: LiveServer) -> None:
 def test_fixed_penalty_is_refused_through_the_sdk(server: LiveServer) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         sdk(server).chat.completions.create(model="kimi-k3", messages=PROMPT, presence_penalty=0.5)
-    assert caught.value.body is not None and caught.value.body["param"] == "presence_penalty"  # type: ignore[index]
+    assert isinstance(caught.value.body, dict) and caught.value.body["param"] == "presence_penalty"
 
 
 def test_auto_tool_choice_without_tools_is_answered(server: LiveServer) -> None:
     """``tool_choice: "auto"`` and no ``tools`` field at all: a plain answer, no calls."""
     body = {"model": "kimi-k3", "messages": PROMPT, "tool_choice": "auto", "max_tokens": 40, **OFF}
     resp = httpx.post(
-        f"{server.base_url}/chat/completions", json=body,
-        headers={"Authorization": f"Bearer {server.key}"}, timeout=600,
+        f"{server.base_url}/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {server.key}"},
+        timeout=600,
     )
     assert resp.status_code == 200, resp.text
     choice = resp.json()["choices"][0]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from kimi_server.engines.llamacpp.health import one_token
 from kimi_server.engines.llamacpp.runner import CompletionResult
@@ -22,6 +23,7 @@ def _deep(base_url: str, key: str | None) -> httpx.Response:
     return httpx.get(base_url.removesuffix("/v1") + "/health?deep=1", headers=headers, timeout=60)
 
 
+@pytest.mark.e2e
 def test_embedded_model_answers_one_token(live_server: LiveServer) -> None:
     assert _deep(live_server.base_url, None).status_code == 401
     report = _deep(live_server.base_url, live_server.key).json()
@@ -70,22 +72,31 @@ def _upstream(state: dict[str, Any]) -> dict[str, Any]:
         if state["chat_status"] != 200:
             await c.json(state["chat_status"], {"error": {"message": "boom", "type": "server_error"}})
             return
-        await c.json(200, {"id": "x", "object": "chat.completion", "created": 1, "model": body["model"],
-                           "choices": [{"index": 0, "message": {"role": "assistant", "content": "OK"},
-                                        "finish_reason": "length"}],
-                           "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}})
+        await c.json(
+            200,
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 1,
+                "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "OK"}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+            },
+        )
 
     return {"/v1/models": models, "/v1/chat/completions": chat}
 
 
+@pytest.mark.e2e
 def test_upstreams_are_named_listed_and_called(tmp_path: Path) -> None:
     async def unused(_: dict[str, Any], c: Conn) -> None:
         raise AssertionError
 
     state: dict[str, Any] = {}
     with FakeUpstream(unused, routes=_upstream(state)) as up:
-        proc, server = start_server(tmp_path, "--upstream", up.url, "--upstream-model", "served-model",
-                                    "--workers", "1")
+        proc, server = start_server(
+            tmp_path, "--upstream", up.url, "--upstream-model", "served-model", "--workers", "1"
+        )
         try:
             for served, chat_status, reason in (
                 (["served-model"], 200, None),

@@ -10,12 +10,8 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from kimi_server.cli import app as cli_app
-from kimi_server.engines.scripted import ScriptedEngine
-from kimi_server.gate.auth import KeyRing
-from kimi_server.http.app import create_app
-from kimi_server.policy.catalogue import CATALOGUE
-from kimi_server.serving.common import EngineSet
 from kimi_server.settings import Settings
+from tests.conftest import ScriptedApp
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 URL = "/v1/chat/completions"
@@ -36,14 +32,13 @@ def test_every_documented_setting_and_flag_exists() -> None:
             assert flag in help_text, f"docs/configuration.md names {flag}"
 
 
-def test_web_search_refusal_names_a_setting_that_exists(tmp_path: Path) -> None:
+def test_web_search_refusal_names_a_setting_that_exists(scripted_app: ScriptedApp) -> None:
     """With no search provider the refusal tells the operator which setting turns it on."""
-    engines = EngineSet({spec.id: ScriptedEngine() for spec in CATALOGUE})
-    settings = Settings(api_keys=["sk-t"], data_dir=tmp_path / "data", web_search_provider="none")
-    with TestClient(create_app(settings, engines, KeyRing(["sk-t"])), headers={"Authorization": "Bearer sk-t"}) as c:
+    with scripted_app(web_search_provider="none") as c:
         for tools in ([{"type": "web_search"}], [{"type": "builtin_function", "function": {"name": "$web_search"}}]):
-            r = c.post(URL, json={"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "x"}],
-                                  "tools": tools})
+            r = c.post(
+                URL, json={"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "x"}], "tools": tools}
+            )
             error = r.json()["error"]
             assert r.status_code == 400 and error["code"] == "unsupported_tool" and error["param"] == "tools[0]"
             named = re.findall(r"\((\w+)\)", error["message"])
@@ -60,8 +55,7 @@ def test_vision_refusal_advises_what_a_client_can_do(client: TestClient) -> None
     # No setting routes a model to a vision engine, so the advice is only to send text.
     assert "Send text only" in error["message"] and "route" not in error["message"]
     image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
-    r = client.post("/v1/responses", json={"model": "kimi-k3.1-pro",
-                                           "input": [{"role": "user", "content": [image]}]})
+    r = client.post("/v1/responses", json={"model": "kimi-k3.1-pro", "input": [{"role": "user", "content": [image]}]})
     assert r.status_code == 400 and "route" not in r.json()["error"]["message"]
 
 

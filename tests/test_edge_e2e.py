@@ -19,8 +19,12 @@ import pytest
 
 from tests.conftest import OTHER_KEY, TEST_KEY, TEST_MODEL, _free_port, stop_server
 
+pytestmark = pytest.mark.e2e
+
 ADMIN_KEY = "sk-admin-edge"
 SCRIPTED = {"KIMI_TEST_ENGINE": "scripted", "KIMI_ADMIN_KEY": ADMIN_KEY}
+
+
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
@@ -55,8 +59,18 @@ def launch(tmp: Path, env: dict[str, str], nofile: int | None = None) -> Server:
 
     full_env = {**os.environ, "KIMI_DATA_DIR": str(tmp / "data"), **SCRIPTED, **env}
     cmd = [
-        sys.executable, "-m", "kimi_server.cli", "serve", "--port", str(port), "--model", TEST_MODEL,
-        "--api-key", TEST_KEY, "--api-key", OTHER_KEY,
+        sys.executable,
+        "-m",
+        "kimi_server.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--model",
+        TEST_MODEL,
+        "--api-key",
+        TEST_KEY,
+        "--api-key",
+        OTHER_KEY,
     ]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env, preexec_fn=limit)

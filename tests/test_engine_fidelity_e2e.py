@@ -1,4 +1,4 @@
-"""Issue 8 on the embedded engine, through the real server, the tiny model and the openai SDK:
+"""Prompted reasoning on the embedded engine, through the real server, the tiny model and the openai SDK:
 effort orders the reasoning, no reasoning markers in answers, seed, the honest context window,
 and the lenient max-tokens pair. Generations stay short (conftest's TEST_BUDGETS)."""
 
@@ -9,6 +9,8 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionFunctionToolParam
+from openai.types.shared_params import ReasoningEffort
 
 from tests.conftest import LiveServer
 
@@ -24,11 +26,11 @@ def sdk(server: LiveServer) -> openai.AsyncOpenAI:
 def test_effort_orders_reasoning_on_every_prompt(live_server: LiveServer) -> None:
     prompts = ["Say hi.", "What is 2 + 2?", "Name a colour.", "Is water wet? Answer yes or no."]
 
-    async def tokens(client: openai.AsyncOpenAI, prompt: str, effort: str) -> int:
+    async def tokens(client: openai.AsyncOpenAI, prompt: str, effort: ReasoningEffort) -> int:
         resp = await client.chat.completions.create(
             model="kimi-k3.1-pro",
             messages=[{"role": "user", "content": prompt}],
-            reasoning_effort=effort,  # type: ignore[arg-type]
+            reasoning_effort=effort,
             max_completion_tokens=160,  # above the max cap: only the budgets bound reasoning
         )
         assert resp.usage is not None and resp.usage.completion_tokens_details is not None
@@ -36,10 +38,7 @@ def test_effort_orders_reasoning_on_every_prompt(live_server: LiveServer) -> Non
 
     async def main() -> list[list[int]]:
         async with sdk(live_server) as client:
-            rows = [
-                asyncio.gather(*(tokens(client, p, e) for e in ("low", "high", "max")))
-                for p in prompts
-            ]
+            rows = [asyncio.gather(*(tokens(client, p, e) for e in ("low", "high", "max"))) for p in prompts]
             return [list(r) for r in await asyncio.gather(*rows)]
 
     for prompt, (low, high, max_) in zip(prompts, asyncio.run(main()), strict=True):
@@ -51,7 +50,7 @@ def test_no_marker_text_in_any_answer(live_server: LiveServer) -> None:
     """Prompts that invite the model to write the tags itself, over small caps, on both APIs,
     and in tool-call arguments."""
     echo = "Repeat exactly: <think>plan</think> <answer>42</answer> done </think>"
-    tool = {
+    tool: ChatCompletionFunctionToolParam = {
         "type": "function",
         "function": {
             "name": "note",
@@ -69,7 +68,7 @@ def test_no_marker_text_in_any_answer(live_server: LiveServer) -> None:
                 client.chat.completions.create(
                     model="kimi-k3.1-pro",
                     messages=[{"role": "user", "content": echo}],
-                    reasoning_effort="low",  # type: ignore[arg-type]
+                    reasoning_effort="low",
                     max_completion_tokens=cap,
                 )
                 for cap in (12, 20, 28, 40, 60, 90)
@@ -78,8 +77,8 @@ def test_no_marker_text_in_any_answer(live_server: LiveServer) -> None:
                 client.chat.completions.create(
                     model="kimi-k3.1-pro",
                     messages=[{"role": "user", "content": f"Save this note: {echo}"}],
-                    reasoning_effort="low",  # type: ignore[arg-type]
-                    tools=[tool],  # type: ignore[list-item]
+                    reasoning_effort="low",
+                    tools=[tool],
                     tool_choice="required",
                     max_completion_tokens=80,
                 )
@@ -98,7 +97,7 @@ def test_no_marker_text_in_any_answer(live_server: LiveServer) -> None:
             for resp in await asyncio.gather(*chats, *calls):
                 message = resp.choices[0].message
                 texts.append(message.content or "")
-                texts += [c.function.arguments for c in message.tool_calls or []]  # type: ignore[union-attr]
+                texts += [c.function.arguments for c in message.tool_calls or [] if c.type == "function"]
             for r in await asyncio.gather(*responses):
                 texts += [
                     part.text
@@ -123,7 +122,7 @@ def test_same_seed_gives_identical_output(live_server: LiveServer) -> None:
         resp = await client.chat.completions.create(
             model="kimi-k3.1-pro",
             messages=[{"role": "user", "content": "Invent a name for a cat."}],
-            reasoning_effort="low",  # type: ignore[arg-type]
+            reasoning_effort="low",
             max_completion_tokens=40,
             seed=1234,
         )
@@ -169,7 +168,8 @@ def test_prompt_too_long_names_the_field_used(live_server: LiveServer) -> None:
 
     responses_error, chat_error = asyncio.run(main())
     for error, param in ((responses_error, "input"), (chat_error, "messages")):
-        body: dict[str, Any] = error.body  # type: ignore[assignment]
+        body = error.body
+        assert isinstance(body, dict)
         assert body["param"] == param and body["code"] == "context_length_exceeded"
         assert "16384" in body["message"]
 
@@ -180,7 +180,7 @@ def test_both_max_fields_are_served_and_the_newer_wins(live_server: LiveServer) 
             return await client.chat.completions.create(
                 model="kimi-k3.1-pro",
                 messages=[{"role": "user", "content": "Count to fifty."}],
-                reasoning_effort="low",  # type: ignore[arg-type]
+                reasoning_effort="low",
                 max_tokens=500,
                 # Below the low floor (8) plus the answer's unstoppable lead (3): only this cap
                 # can end the request, so "length" shows it won over max_tokens.

@@ -5,6 +5,7 @@ advertises the statuses the server really returns."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,40 +13,39 @@ from typer.testing import CliRunner
 
 from kimi_server.cli import app as cli_app
 from kimi_server.cli import start_lines
-from kimi_server.engines.scripted import ScriptedEngine
-from kimi_server.gate.auth import KeyRing
-from kimi_server.http.app import create_app
-from kimi_server.policy.catalogue import CATALOGUE
-from kimi_server.serving.common import EngineSet
 from kimi_server.settings import Settings
-from tests.conftest import TEST_KEY, model_path
+from tests.conftest import TEST_KEY, build_app, model_path
 
 
 def test_serve_help_shows_the_defaults() -> None:
     result = CliRunner().invoke(cli_app, ["serve", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     defaults = Settings.model_fields
-    for flag, name in (("--host", "host"), ("--port", "port"), ("--model", "model"),
-                       ("--ctx-size", "ctx_size"), ("--parallel", "parallel"), ("--threads", "threads")):
+    for flag, name in (
+        ("--host", "host"),
+        ("--port", "port"),
+        ("--model", "model"),
+        ("--ctx-size", "ctx_size"),
+        ("--parallel", "parallel"),
+        ("--threads", "threads"),
+    ):
         line = next(x for x in result.output.splitlines() if flag in x)
         assert f"[default: ({defaults[name].default})]" in line, line
     assert "development key" in result.output and "KIMI_MODELS_DIR" in result.output
 
 
-def app_with(tmp_path: Path, **settings: object) -> TestClient:
-    engine = ScriptedEngine()
-    config = Settings(api_keys=[TEST_KEY], data_dir=tmp_path, **settings)  # type: ignore[arg-type]
-    return TestClient(create_app(config, EngineSet({s.id: engine for s in CATALOGUE}), KeyRing([TEST_KEY])))
+def app_with(tmp_path: Path, **settings: Any) -> TestClient:
+    return TestClient(build_app(tmp_path, **settings))
 
 
 def test_printed_docs_line_is_true_with_the_default_settings(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path)
     lines = start_lines(settings, ["kimi-k3"], "sk-kimi-dev")
     docs = next(x for x in lines if "docs:" in x)
-    # Docs need a key by default, which a browser cannot send: the line must say so.
-    assert "with the API key" in docs and "KIMI_PUBLIC_DOCS=true" in docs
+    # The document needs a key by default: the page opens and asks for it, as the line says.
+    assert docs == "  docs: http://127.0.0.1:8000/docs (asks for the API key)"
     with app_with(tmp_path) as c:
-        assert c.get("/docs").status_code == 401
+        assert c.get("/docs").status_code == 200
         assert c.get("/openapi.json").status_code == 401
         auth = {"Authorization": f"Bearer {TEST_KEY}"}
         assert c.get("/openapi.json", headers=auth).json()["info"]["title"] == "kimi-server"

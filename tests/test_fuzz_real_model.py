@@ -19,6 +19,8 @@ import pytest
 from tests.conftest import LiveServer, start_server, stop_server
 from tests.schema_corpus import EDGE_TEXTS, REF_LOOPS, hostile_schemas
 
+pytestmark = pytest.mark.e2e
+
 TIME_BOUND_S = 120.0  # per request, queueing behind the others included
 DEFAULT_CAP = 48
 
@@ -36,8 +38,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 def requests() -> list[tuple[str, dict[str, Any]]]:
-    chat: dict[str, Any] = {"model": "kimi-k3.1-pro", "reasoning_effort": "low",
-                            "messages": [{"role": "user", "content": "Give the JSON."}]}
+    chat: dict[str, Any] = {
+        "model": "kimi-k3.1-pro",
+        "reasoning_effort": "low",
+        "messages": [{"role": "user", "content": "Give the JSON."}],
+    }
     out: list[tuple[str, dict[str, Any]]] = []
     for schema in hostile_schemas():
         fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}
@@ -55,8 +60,9 @@ def send(client: httpx.Client, endpoint: str, body: dict[str, Any]) -> str | Non
     """Why this request failed the bound or the contract, or None."""
     try:
         # ensure_ascii: a lone surrogate travels as its escape, as a client would send it
-        r = client.post(f"/{endpoint.replace('.', '/')}", content=json.dumps(body),
-                        headers={"content-type": "application/json"})
+        r = client.post(
+            f"/{endpoint.replace('.', '/')}", content=json.dumps(body), headers={"content-type": "application/json"}
+        )
     except httpx.TimeoutException:
         return f"no answer within {TIME_BOUND_S} s: {str(body)[:300]}"
     if r.status_code >= 500 or "internal_error" in r.text:
@@ -68,7 +74,11 @@ def send(client: httpx.Client, endpoint: str, body: dict[str, Any]) -> str | Non
 
 def test_hostile_requests_are_answered_in_time_without_5xx(server: LiveServer) -> None:
     cases = requests()
-    with httpx.Client(base_url=server.base_url, timeout=TIME_BOUND_S,
-                      headers={"Authorization": f"Bearer {server.key}"}) as client, ThreadPoolExecutor(8) as pool:
+    with (
+        httpx.Client(
+            base_url=server.base_url, timeout=TIME_BOUND_S, headers={"Authorization": f"Bearer {server.key}"}
+        ) as client,
+        ThreadPoolExecutor(8) as pool,
+    ):
         failures = [f for f in pool.map(lambda case: send(client, *case), cases) if f]
     assert not failures, "\n".join(failures)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,12 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kimi_server.engines.scripted import ScriptedEngine
-from kimi_server.gate.auth import KeyRing
-from kimi_server.http.app import create_app
 from kimi_server.policy.catalogue import CATALOGUE
-from kimi_server.serving.common import EngineSet
-from kimi_server.settings import Settings
+from tests.conftest import build_app
 from tests.gateway_util import serve
 from tests.schema_corpus import EDGE_TEXTS, hostile_schemas
 
@@ -91,8 +86,11 @@ plain_schema = sometimes(
                 st.sampled_from(["a", "b", "c"]),
                 st.fixed_dictionaries(
                     {"type": st.sampled_from(["string", "integer", "array", "object", "nope"])},
-                    optional={"pattern": st.sampled_from(["^\\p{L}+$", "[a-z", "(?=x)", "\\d{2,3}"]),
-                              "enum": anything, "items": anything},
+                    optional={
+                        "pattern": st.sampled_from(["^\\p{L}+$", "[a-z", "(?=x)", "\\d{2,3}"]),
+                        "enum": anything,
+                        "items": anything,
+                    },
                 ),
                 max_size=3,
             ),
@@ -104,9 +102,15 @@ plain_schema = sometimes(
 # Now and then a $ref loop or a catastrophic pattern.
 schema = st.integers(0, 3).flatmap(lambda n: st.sampled_from(HOSTILE) if n == 0 else plain_schema)
 function_tool = st.fixed_dictionaries(
-    {"type": sometimes(st.just("function")), "function": sometimes(
-        st.fixed_dictionaries({"name": sometimes(st.sampled_from(["f", "get_x", "bad name"]))},
-                              optional={"parameters": schema, "strict": st.booleans(), "description": text}))}
+    {
+        "type": sometimes(st.just("function")),
+        "function": sometimes(
+            st.fixed_dictionaries(
+                {"name": sometimes(st.sampled_from(["f", "get_x", "bad name"]))},
+                optional={"parameters": schema, "strict": st.booleans(), "description": text},
+            )
+        ),
+    }
 )
 part = sometimes(
     st.one_of(
@@ -151,9 +155,18 @@ chat_body = st.fixed_dictionaries(
 input_item = sometimes(
     st.fixed_dictionaries(
         {"role": sometimes(st.sampled_from(["user", "assistant", "system", "developer"]))},
-        optional={"content": sometimes(text | st.lists(
-            st.fixed_dictionaries({"type": sometimes(st.sampled_from(["input_text", "output_text"])), "text": text}),
-            max_size=2)), "type": sometimes(st.sampled_from(["message", "reasoning", "function_call_output"]))},
+        optional={
+            "content": sometimes(
+                text
+                | st.lists(
+                    st.fixed_dictionaries(
+                        {"type": sometimes(st.sampled_from(["input_text", "output_text"])), "text": text}
+                    ),
+                    max_size=2,
+                )
+            ),
+            "type": sometimes(st.sampled_from(["message", "reasoning", "function_call_output"])),
+        },
     )
 )
 responses_body = st.fixed_dictionaries(
@@ -163,9 +176,15 @@ responses_body = st.fixed_dictionaries(
         "reasoning": sometimes(st.fixed_dictionaries({}, optional={"effort": efforts, "summary": anything})),
         "max_output_tokens": counts,
         "stream": sometimes(st.booleans()),
-        "tools": sometimes(st.lists(st.fixed_dictionaries(
-            {"type": sometimes(st.just("function")), "name": sometimes(st.just("f"))},
-            optional={"parameters": schema, "strict": st.booleans()}), max_size=2)),
+        "tools": sometimes(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"type": sometimes(st.just("function")), "name": sometimes(st.just("f"))},
+                    optional={"parameters": schema, "strict": st.booleans()},
+                ),
+                max_size=2,
+            )
+        ),
         "text": sometimes(st.builds(lambda s: {"format": {"type": "json_schema", "name": "x", "schema": s}}, schema)),
         "store": sometimes(st.booleans()),
         "include": sometimes(st.lists(st.just("reasoning.encrypted_content"), max_size=1)),
@@ -176,14 +195,11 @@ responses_body = st.fixed_dictionaries(
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    engine = ScriptedEngine()
-    data: Path = tmp_path_factory.mktemp("fuzz")
-    app = create_app(
-        Settings(api_keys=[KEY], data_dir=data), EngineSet({s.id: engine for s in CATALOGUE}), KeyRing([KEY])
-    )
-    with serve(app) as url, httpx.Client(
-        base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=TIME_BOUND_S
-    ) as c:
+    app = build_app(tmp_path_factory.mktemp("fuzz"), keys=[KEY])
+    with (
+        serve(app) as url,
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=TIME_BOUND_S) as c,
+    ):
         yield c
 
 
@@ -235,10 +251,17 @@ def test_every_hostile_schema_is_answered_in_time_on_both_endpoints(client: http
 
 
 def test_references_that_only_loop_are_refused_naming_the_field(client: httpx.Client) -> None:
-    loop = {"type": "object", "properties": {"v": {"$ref": "#/$defs/a"}}, "required": ["v"],
-            "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}}
-    body = {"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "Hi"}],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": loop, "strict": True}}}
+    loop = {
+        "type": "object",
+        "properties": {"v": {"$ref": "#/$defs/a"}},
+        "required": ["v"],
+        "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}},
+    }
+    body: dict[str, Any] = {
+        "model": "kimi-k3.1-pro",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": loop, "strict": True}},
+    }
     r = check(client, "/v1/chat/completions", body)
     assert r.status_code == 400, r.text
     error = r.json()["error"]
@@ -252,9 +275,14 @@ def test_references_that_only_loop_are_refused_naming_the_field(client: httpx.Cl
 @pytest.mark.parametrize("index", range(len(EDGE_TEXTS)))
 def test_multiline_and_unicode_edge_prompts_are_answered(client: httpx.Client, index: int) -> None:
     prompt = EDGE_TEXTS[index]
-    chat = check(client, "/v1/chat/completions",
-                 {"model": "kimi-k3.1-pro", "messages": [{"role": "system", "content": prompt},
-                                                         {"role": "user", "content": prompt}]})
+    chat = check(
+        client,
+        "/v1/chat/completions",
+        {
+            "model": "kimi-k3.1-pro",
+            "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": prompt}],
+        },
+    )
     responses = check(client, "/v1/responses", {"model": "kimi-k3.1-pro", "input": prompt, "instructions": prompt})
     # Only the lone surrogate is refused; every other text is a prompt like any other.
     expected = 400 if "\ud800" in prompt else 200

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -23,8 +23,13 @@ from tests.gateway_util import ADMIN_KEY, STATIC_KEY, chat_body, make_app, serve
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 PRICES = {
-    "kimi-k3.1-pro": {"input": "0.6", "cache_read": "0.15", "cache_write_5m": "0.75", "cache_write_1h": "1.2",
-                      "output": "2.5"},
+    "kimi-k3.1-pro": {
+        "input": "0.6",
+        "cache_read": "0.15",
+        "cache_write_5m": "0.75",
+        "cache_write_1h": "1.2",
+        "output": "2.5",
+    },
     "kimi-k3": {"input": "100", "output": "100"},
 }
 
@@ -48,9 +53,12 @@ def ledger(tmp: Path) -> dict[str, dict[str, Any]]:
 def expected_nanos(model: str, u: dict[str, int], ttl: str = "5m") -> int:
     p = {k: Decimal(v) for k, v in PRICES[model].items()}
     regular = u["prompt_tokens"] - u["cached_tokens"] - u["cache_write_tokens"]
-    micros = (regular * p.get("input", Decimal(0)) + u["cached_tokens"] * p.get("cache_read", Decimal(0))
-              + u["cache_write_tokens"] * p.get(f"cache_write_{ttl}", Decimal(0))
-              + u["completion_tokens"] * p.get("output", Decimal(0)))
+    micros = (
+        regular * p.get("input", Decimal(0))
+        + u["cached_tokens"] * p.get("cache_read", Decimal(0))
+        + u["cache_write_tokens"] * p.get(f"cache_write_{ttl}", Decimal(0))
+        + u["completion_tokens"] * p.get("output", Decimal(0))
+    )
     return int(micros * 1000)
 
 
@@ -67,23 +75,33 @@ def test_ledger_rows_equal_the_usage_sent_to_clients(tmp_path: Path) -> None:
         u = raw.parse().usage
         assert u is not None and u.prompt_tokens_details is not None and u.completion_tokens_details is not None
         sent[raw.headers["x-request-id"]] = {
-            "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "prompt_tokens": u.prompt_tokens,
+            "completion_tokens": u.completion_tokens,
             "cached_tokens": u.prompt_tokens_details.cached_tokens or 0,
             "cache_write_tokens": u.model_extra.get("prompt_tokens_details", {}).get("cache_write_tokens", 24)
-            if u.model_extra else 24,
+            if u.model_extra
+            else 24,
             "reasoning_tokens": u.completion_tokens_details.reasoning_tokens or 0,
         }
-        with c.stream("POST", "/v1/chat/completions", json=chat_body("kimi-k3.1-pro", stream=True),
-                      headers=bearer(secret)) as r:
+        with c.stream(
+            "POST", "/v1/chat/completions", json=chat_body("kimi-k3.1-pro", stream=True), headers=bearer(secret)
+        ) as r:
             chunks = [line for line in r.iter_lines() if line.startswith("data: {")]
             usage = httpx.Response(200, content=chunks[-1][6:]).json()["usage"]
             sent[r.headers["x-request-id"]] = flat_chat_usage(usage)
-        r = c.post("/v1/responses", json={"model": "kimi-k3.1-pro", "input": "Hi", "prompt_cache_retention": "24h"},
-                   headers=bearer(secret))
+        r = c.post(
+            "/v1/responses",
+            json={"model": "kimi-k3.1-pro", "input": "Hi", "prompt_cache_retention": "24h"},
+            headers=bearer(secret),
+        )
         assert r.status_code == 200, r.text
         sent[r.headers["x-request-id"]] = flat_responses_usage(r.json()["usage"])
-        with c.stream("POST", "/v1/responses", json={"model": "kimi-k3.1-pro", "input": "Hi", "stream": True},
-                      headers=bearer(secret)) as r:
+        with c.stream(
+            "POST",
+            "/v1/responses",
+            json={"model": "kimi-k3.1-pro", "input": "Hi", "stream": True},
+            headers=bearer(secret),
+        ) as r:
             lines = [line for line in r.iter_lines() if line.startswith("data: ")]
             done = httpx.Response(200, content=lines[-1][6:]).json()
             assert done["type"] == "response.completed"
@@ -105,7 +123,8 @@ def test_ledger_rows_equal_the_usage_sent_to_clients(tmp_path: Path) -> None:
 
 def flat_chat_usage(u: dict[str, Any]) -> dict[str, int]:
     return {
-        "prompt_tokens": u["prompt_tokens"], "completion_tokens": u["completion_tokens"],
+        "prompt_tokens": u["prompt_tokens"],
+        "completion_tokens": u["completion_tokens"],
         "cached_tokens": u["prompt_tokens_details"]["cached_tokens"],
         "cache_write_tokens": u["prompt_tokens_details"]["cache_write_tokens"],
         "reasoning_tokens": u["completion_tokens_details"]["reasoning_tokens"],
@@ -114,7 +133,8 @@ def flat_chat_usage(u: dict[str, Any]) -> dict[str, int]:
 
 def flat_responses_usage(u: dict[str, Any]) -> dict[str, int]:
     return {
-        "prompt_tokens": u["input_tokens"], "completion_tokens": u["output_tokens"],
+        "prompt_tokens": u["input_tokens"],
+        "completion_tokens": u["output_tokens"],
         "cached_tokens": u["input_tokens_details"]["cached_tokens"],
         "cache_write_tokens": u["input_tokens_details"]["cache_write_tokens"],
         "reasoning_tokens": u["output_tokens_details"]["reasoning_tokens"],
@@ -178,8 +198,9 @@ def test_tpm_burst_overshoots_by_at_most_one_reservation(tmp_path: Path) -> None
 
 def test_budget_holds_under_100_concurrent_requests(tmp_path: Path) -> None:
     app, _ = make_app(tmp_path, prices=PRICES)
-    cost = expected_nanos("kimi-k3", {"prompt_tokens": 12, "cached_tokens": 0, "cache_write_tokens": 0,
-                                      "completion_tokens": 4})
+    cost = expected_nanos(
+        "kimi-k3", {"prompt_tokens": 12, "cached_tokens": 0, "cache_write_tokens": 0, "completion_tokens": 4}
+    )
     budget_nanos = cost * 10
     with serve(app) as url, httpx.Client(base_url=url) as c:
         secret = new_key(c, budget_usd=str(Decimal(budget_nanos) / 10**9), models=["kimi-k3"])
@@ -209,7 +230,7 @@ class CountingEngine(ScriptedEngine):
 
     generated: list[int] = field(default_factory=list)
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[EngineEvent, None]:
         n = 0
         try:
             async for event in super().generate(request):

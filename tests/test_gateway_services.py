@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -37,6 +38,7 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+@pytest.mark.integration
 def test_postgres_store_keys_and_ledger(tmp_path: Path) -> None:
     with postgres_database() as db_url:
         app, _ = make_app(tmp_path, database_url=db_url)
@@ -45,11 +47,22 @@ def test_postgres_store_keys_and_ledger(tmp_path: Path) -> None:
             r = c.post("/v1/chat/completions", json=chat_body(), headers=bearer(made["secret"]))
             assert r.status_code == 200
             usage = c.get("/admin/v1/usage", params={"by": "key"}, headers=ADMIN).json()["data"]
-            assert usage == [{
-                "key": made["id"], "name": "pg", "requests": 1, "prompt_tokens": 12, "cached_tokens": 0,
-                "cache_write_tokens": 0, "reasoning_tokens": 2, "completion_tokens": 4, "web_search_calls": 0,
-                "server_counted_requests": 0, "server_estimated_requests": 0, "cost_usd": "0",
-            }]
+            assert usage == [
+                {
+                    "key": made["id"],
+                    "name": "pg",
+                    "requests": 1,
+                    "prompt_tokens": 12,
+                    "cached_tokens": 0,
+                    "cache_write_tokens": 0,
+                    "reasoning_tokens": 2,
+                    "completion_tokens": 4,
+                    "web_search_calls": 0,
+                    "server_counted_requests": 0,
+                    "server_estimated_requests": 0,
+                    "cost_usd": "0",
+                }
+            ]
             by_day = c.get("/admin/v1/usage", params={"by": "day"}, headers=ADMIN).json()["data"]
             assert len(by_day) == 1 and len(by_day[0]["day"]) == 10
         # A second start on the same database migrates nothing and keeps every row.
@@ -59,10 +72,11 @@ def test_postgres_store_keys_and_ledger(tmp_path: Path) -> None:
             assert c.get("/v1/models", headers=bearer(made["secret"])).status_code == 200
 
 
+@pytest.mark.integration
 def test_redis_limits_are_shared_by_two_apps(tmp_path: Path) -> None:
     prefix = redis_prefix()
     with postgres_database() as db_url:
-        shared = {"database_url": db_url, "redis_url": REDIS_URL, "redis_prefix": prefix}
+        shared: dict[str, Any] = {"database_url": db_url, "redis_url": REDIS_URL, "redis_prefix": prefix}
         a, _ = make_app(tmp_path / "a", **shared)
         b, _ = make_app(tmp_path / "b", **shared)
         with serve(a) as url_a, serve(b) as url_b:
@@ -70,8 +84,9 @@ def test_redis_limits_are_shared_by_two_apps(tmp_path: Path) -> None:
 
             async def burst() -> list[httpx.Response]:
                 async with httpx.AsyncClient(headers=bearer(made["secret"]), timeout=30) as c:
-                    calls = [c.post(u + "/v1/chat/completions", json=chat_body(max_tokens=10))
-                             for u in (url_a, url_b) * 40]
+                    calls = [
+                        c.post(u + "/v1/chat/completions", json=chat_body(max_tokens=10)) for u in (url_a, url_b) * 40
+                    ]
                     return await asyncio.gather(*calls)
 
             started = time.monotonic()
@@ -90,8 +105,7 @@ def test_redis_outage_falls_back_to_per_instance_limits(tmp_path: Path, caplog: 
     app, _ = make_app(tmp_path, redis_url=dead)
     with serve(app) as url, httpx.Client(base_url=url) as c:
         secret = c.post("/admin/v1/keys", json={"name": "r", "rpm": 2}, headers=ADMIN).json()["secret"]
-        codes = [c.post("/v1/chat/completions", json=chat_body(), headers=bearer(secret)).status_code
-                 for _ in range(3)]
+        codes = [c.post("/v1/chat/completions", json=chat_body(), headers=bearer(secret)).status_code for _ in range(3)]
         metrics = c.get("/metrics", headers=ADMIN).text
     assert codes == [200, 200, 429]
     assert "kimi_ratelimit_degraded 1.0" in metrics
@@ -99,16 +113,29 @@ def test_redis_outage_falls_back_to_per_instance_limits(tmp_path: Path, caplog: 
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "kimi_server.cli", *args], env=env, capture_output=True,
-                          text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "kimi_server.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return done.stdout
 
 
+@pytest.mark.integration
+@pytest.mark.e2e
 def test_two_server_processes_enforce_one_rpm_limit(tmp_path: Path) -> None:
     prefix = redis_prefix()
     with postgres_database() as db_url:
-        env = {"KIMI_TEST_ENGINE": "scripted", "KIMI_DATABASE_URL": db_url, "KIMI_REDIS_URL": REDIS_URL,
-               "KIMI_REDIS_PREFIX": prefix, "KIMI_ADMIN_KEY": ADMIN_KEY}
+        env = {
+            "KIMI_TEST_ENGINE": "scripted",
+            "KIMI_DATABASE_URL": db_url,
+            "KIMI_REDIS_URL": REDIS_URL,
+            "KIMI_REDIS_PREFIX": prefix,
+            "KIMI_ADMIN_KEY": ADMIN_KEY,
+        }
         cli_env = {**os.environ, **env, "KIMI_DATA_DIR": str(tmp_path / "cli")}
         secret = _cli(cli_env, "keys", "create", "--name", "team", "--rpm", "3").strip().splitlines()[-1]
         assert secret.startswith("sk-kimi-")

@@ -19,11 +19,19 @@ from tests.gateway_util import ADMIN_KEY, STATIC_KEY, chat_body, make_app, postg
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 PRICES = {"kimi-k3": {"input": "1", "output": "2"}}
-LEDGER_SPLIT = ("requests", "prompt_tokens", "cached_tokens", "cache_write_tokens", "reasoning_tokens",
-                "completion_tokens", "web_search_calls", "cost_usd")
+LEDGER_SPLIT = (
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "completion_tokens",
+    "web_search_calls",
+    "cost_usd",
+)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.integration)])
 def backend(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     if request.param == "sqlite":
         yield {}
@@ -50,10 +58,19 @@ def ledger_total(c: httpx.Client, key_id: str, requests: int) -> dict[str, Any]:
 def test_a_stored_key_reads_its_own_limits_and_usage(tmp_path: Path, backend: dict[str, Any]) -> None:
     app, _ = make_app(tmp_path, prices=PRICES, **backend)
     with serve(app) as url, httpx.Client(base_url=url) as c:
-        made = c.post("/admin/v1/keys", headers=ADMIN, json={
-            "name": "alice", "rpm": 50, "tpm": 100_000, "budget_usd": "5", "models": ["kimi-k3"],
-            "max_output_tokens": 300, "expires_at": "2099-01-01T00:00:00+00:00",
-        }).json()
+        made = c.post(
+            "/admin/v1/keys",
+            headers=ADMIN,
+            json={
+                "name": "alice",
+                "rpm": 50,
+                "tpm": 100_000,
+                "budget_usd": "5",
+                "models": ["kimi-k3"],
+                "max_output_tokens": 300,
+                "expires_at": "2099-01-01T00:00:00+00:00",
+            },
+        ).json()
         other = c.post("/admin/v1/keys", headers=ADMIN, json={"name": "bob"}).json()
         assert c.post("/v1/chat/completions", json=chat_body(), headers=bearer(made["secret"])).status_code == 200
         total = ledger_total(c, made["id"], 1)

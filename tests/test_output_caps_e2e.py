@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 from kimi_server.cli import app as cli_app
 from tests.conftest import LiveServer, start_server, stop_server
 
+pytestmark = pytest.mark.e2e
+
 ADMIN_KEY = "sk-admin-caps"
 GLOBAL_CAP, K3_CAP = 6, 5  # both below the low effort's reasoning floor (8) in the test budgets
 CONFIG = f'default_max_output_tokens = {GLOBAL_CAP}\n[routes."kimi-k3"]\ndefault_max_output_tokens = {K3_CAP}\n'
@@ -26,10 +28,14 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
     tmp = tmp_path_factory.mktemp("caps")
     config = tmp / "kimi.toml"
     config.write_text(CONFIG)
-    proc, server = start_server(tmp, env={
-        "KIMI_CONFIG": str(config), "KIMI_ADMIN_KEY": ADMIN_KEY,
-        "KIMI_KEY_CACHE_SECONDS": "0",  # a changed key is seen by the next request
-    })
+    proc, server = start_server(
+        tmp,
+        env={
+            "KIMI_CONFIG": str(config),
+            "KIMI_ADMIN_KEY": ADMIN_KEY,
+            "KIMI_KEY_CACHE_SECONDS": "0",  # a changed key is seen by the next request
+        },
+    )
     try:
         yield server, tmp / "data"
     finally:
@@ -41,10 +47,12 @@ def reported(client: openai.OpenAI) -> dict[str, Any]:
 
 
 def ask(client: openai.OpenAI, model: str = "kimi-k3.1-pro", **extra: Any) -> Any:
-    effort = {"reasoning_effort": "low"} if model != "kimi-k3" else {}
+    effort: dict[str, Any] = {"reasoning_effort": "low"} if model != "kimi-k3" else {}
     return client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "Count from one to fifty in words."}],
-        **effort, **extra,
+        model=model,
+        messages=[{"role": "user", "content": "Count from one to fifty in words."}],
+        **effort,
+        **extra,
     )
 
 
@@ -67,8 +75,9 @@ def test_a_keys_own_default_cap_from_the_admin_api_and_the_cli(
     capped: tuple[LiveServer, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server, data_dir = capped
-    admin = httpx.Client(base_url=server.base_url.removesuffix("/v1") + "/admin/v1",
-                         headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    admin = httpx.Client(
+        base_url=server.base_url.removesuffix("/v1") + "/admin/v1", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    )
     for bad in (0, -1, 2**31, "7", 1.5):
         r = admin.post("/keys", json={"name": "bad", "max_output_tokens": bad})
         assert r.status_code == 400 and r.json()["error"]["param"] == "max_output_tokens", (bad, r.text)

@@ -26,8 +26,8 @@ from kimi_server.http.app import create_app
 from kimi_server.http.connections import uvicorn_options
 from kimi_server.http.overload import server_totals
 from kimi_server.policy.catalogue import CATALOGUE
-from kimi_server.serving.common import EngineSet
 from kimi_server.settings import Settings
+from tests.conftest import ScriptedApp, scripted_engines
 
 A, B, C = "sk-tenant-a", "sk-tenant-b", "sk-tenant-c"
 MODEL = CATALOGUE[0].id
@@ -38,7 +38,7 @@ HI = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
 def serving(tmp: Path, engine: ScriptedEngine, **overrides: Any) -> Iterator[tuple[str, Any]]:
     """A real uvicorn server on a free port, as the CLI runs it, around the scripted engine."""
     settings = Settings(api_keys=[A, B, C], data_dir=tmp / "data", **overrides)
-    app = create_app(settings, EngineSet({spec.id: engine for spec in CATALOGUE}), KeyRing([A, B, C]))
+    app = create_app(settings, scripted_engines(engine), KeyRing([A, B, C]))
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", **uvicorn_options(settings))
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -253,7 +253,7 @@ def test_lone_surrogates_deep_nesting_and_unicode_patterns_are_answered_cleanly(
         "required": ["w"],
         "additionalProperties": False,
     }
-    tool = {"type": "function", "function": {"name": "f", "strict": True, "parameters": letters}}
+    tool: dict[str, Any] = {"type": "function", "function": {"name": "f", "strict": True, "parameters": letters}}
     with serving(tmp_path, ScriptedEngine()) as (url, _), httpx.Client(timeout=60) as c:
         h = {**auth(A), "content-type": "application/json"}
         raw = '{"model": "%s", "messages": [{"role": "user", "content": "x\\ud800"}]}' % MODEL  # noqa: UP031
@@ -266,7 +266,7 @@ def test_lone_surrogates_deep_nesting_and_unicode_patterns_are_answered_cleanly(
         assert r.status_code == 400 and r.json()["error"]["code"] == "json_too_deep"
         assert c.post(f"{url}/v1/chat/completions", json={**HI, "tools": [tool]}, headers=auth(A)).status_code == 200
         broken = {**letters, "properties": {"w": {"type": "string", "pattern": "[unclosed"}}}
-        tool["function"]["parameters"] = broken  # type: ignore[index]
+        tool["function"]["parameters"] = broken
         r = c.post(f"{url}/v1/chat/completions", json={**HI, "tools": [tool]}, headers=auth(A))
         assert r.status_code == 400 and r.json()["error"]["param"].endswith("pattern")
 
@@ -372,21 +372,17 @@ def test_key_files_others_can_read_are_made_owner_only(tmp_path: Path, caplog: p
 
 
 def test_an_unexpected_failure_is_logged_without_its_message(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    scripted_app: ScriptedApp, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from fastapi.testclient import TestClient
-
     from kimi_server.engines.types import GenerationRequest
 
     def fail(request: GenerationRequest) -> None:
         raise RuntimeError(f"cannot handle {request.messages[-1].text!r}")  # quotes the client
 
     engine = ScriptedEngine(on_generate=fail)
-    settings = Settings(api_keys=[A], data_dir=tmp_path / "data")
-    app = create_app(settings, EngineSet({spec.id: engine for spec in CATALOGUE}), KeyRing([A]))
     secret = "client-secret-text-42"
     chat = {"model": MODEL, "messages": [{"role": "user", "content": secret}]}
-    with TestClient(app, headers=auth(A), raise_server_exceptions=False) as c:
+    with scripted_app(engine, keys=[A]) as c:
         assert c.post("/v1/chat/completions", json=chat).status_code == 500
         assert c.post("/v1/chat/completions", json={**chat, "stream": True}).status_code == 500
         assert c.post("/v1/responses", json={"model": MODEL, "input": secret}).status_code == 500

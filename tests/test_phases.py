@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from kimi_server.engines.llamacpp.answer import plan_answer
@@ -90,9 +91,7 @@ def run(llama: FakeLlama, req: GenerationRequest) -> list[EngineEvent]:
 
 
 def json_request(floor: int, cap: int, max_out: int) -> GenerationRequest:
-    return dataclasses.replace(
-        request(floor, cap, max_out), output_format=OutputFormat("json_object")
-    )
+    return dataclasses.replace(request(floor, cap, max_out), output_format=OutputFormat("json_object"))
 
 
 def test_attempts_until_the_floor_then_the_chosen_one_is_the_answer() -> None:
@@ -112,8 +111,7 @@ def test_attempts_until_the_floor_then_the_chosen_one_is_the_answer() -> None:
     assert all("</think>" in c["stop"] and "<answer>" in c["stop"] for c in llama.calls)
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
     assert reasoning == (
-        "w0 w1 \n\nAttempt 2:\nw0 w1 w2 w0 w1 \n\nAttempt 3:\nw0 w1 w2 w0 w1 "
-        "\n\nGoing with attempt 2."
+        "w0 w1 \n\nAttempt 2:\nw0 w1 w2 w0 w1 \n\nAttempt 3:\nw0 w1 w2 w0 w1 \n\nGoing with attempt 2."
     )
     content = [e.text for e in events if isinstance(e, ContentDelta)]
     assert "".join(content) == "w0 w1 w2 w0 w1 " and len(content) == 5  # streamed piece by piece
@@ -195,6 +193,7 @@ def test_closing_the_stream_stops_llama() -> None:
         fmt = get_reasoning_format("prompted")
         ctx = PhaseContext(runner, req, fmt, {}, answer_prompt=answer_prompt)
         events = prompted_generation(ctx, "PROMPT", plan_answer(req, syntax_for_template(CHATML)))
+        assert isinstance(events, AsyncGenerator)  # closable, as the server closes it
         seen = 0
         async for _ in events:
             seen += 1
@@ -222,7 +221,7 @@ def test_context_running_out_ends_with_length() -> None:
     assert finish.usage.reasoning_tokens == 7 and finish.usage.completion_tokens == 14
 
 
-# Issue 8: the floor is a floor, and no marker text reaches an answer.
+# The floor is a floor, and no marker text reaches an answer.
 
 
 class ClosingLlama(FakeLlama):
@@ -239,8 +238,7 @@ class ClosingLlama(FakeLlama):
         self.calls.append(body)
         if not body["prompt"].startswith("ANSWER["):  # an attempt, continued where the prompt ends
             pieces = [
-                f"r{i}" + ("\n" if self.line and (i + 1) % self.line == 0 else " ")
-                for i in range(self.closes_after)
+                f"r{i}" + ("\n" if self.line and (i + 1) % self.line == 0 else " ") for i in range(self.closes_after)
             ] + ["</think>"]
             said = body["prompt"].removeprefix("PROMPT")
             while said and pieces and said.startswith(pieces[0]):
@@ -258,8 +256,11 @@ class ClosingLlama(FakeLlama):
             hit = next((s for s in stops if s in text), None)
             # As llama.cpp: text that may still become a stop sequence is held back, and the
             # stop sequence itself is never sent.
-            safe = text.index(hit) if hit is not None else len(text) - max(
-                (k for s in stops for k in range(len(s), 0, -1) if text.endswith(s[:k])), default=0
+            safe = (
+                text.index(hit)
+                if hit is not None
+                else len(text)
+                - max((k for s in stops for k in range(len(s), 0, -1) if text.endswith(s[:k])), default=0)
             )
             if safe > sent and callback({"choices": [{"text": text[sent:safe], "finish_reason": None}]}):
                 return
@@ -320,7 +321,7 @@ def test_answer_under_a_grammar_sees_only_finished_lines_of_a_cut_attempt() -> N
 
 def test_marker_text_scrubbed_under_a_grammar() -> None:
     scrub = MarkerScrub(("<think>", "</think>", "<answer>", "</answer>"))
-    stream = ['{"a": "x</th', 'ink>y<', "answ", 'er>z<thi</think>nk>"}', "</"]
+    stream = ['{"a": "x</th', "ink>y<", "answ", 'er>z<thi</think>nk>"}', "</"]
     out = "".join(scrub.feed(p) for p in stream) + scrub.flush()
     assert out == '{"a": "xyz"}</'
 
@@ -349,12 +350,15 @@ def test_the_answer_prompt_puts_the_draft_after_the_conversation() -> None:
     fmt = get_reasoning_format("prompted")
     req = request(floor=0, cap=5, max_out=100)
     template = ChatTemplate(CHATML)
-    prompt = asyncio.run(answer_turn(template, req, fmt)("The draft."))
+
+    async def render() -> str:
+        return await answer_turn(template, req, fmt)("The draft.")
+
+    prompt = asyncio.run(render())
     conversation = template.render(req.messages).removesuffix("<|im_start|>assistant\n")
     assert prompt.startswith(conversation)  # the attempts' KV and the prompt cache still hold
     assert prompt.endswith(
-        "<|im_start|>system\n" + fmt.follow_up.format(draft="The draft.") + "<|im_end|>\n"
-        "<|im_start|>assistant\n"
+        "<|im_start|>system\n" + fmt.follow_up.format(draft="The draft.") + "<|im_end|>\n<|im_start|>assistant\n"
     )
 
 

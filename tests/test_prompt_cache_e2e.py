@@ -29,9 +29,7 @@ K31, K3 = "kimi-k3.1-pro", "kimi-k3"
 
 
 def sdk(server: LiveServer, key: str | None = None) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=server.base_url, api_key=key or server.key, max_retries=0, timeout=180
-    )
+    return openai.OpenAI(base_url=server.base_url, api_key=key or server.key, max_retries=0, timeout=180)
 
 
 REREAD = 3  # tokens of "<|im_start|>assistant\n" that the next identical prompt evaluates again
@@ -41,6 +39,7 @@ def fully_cached(usage: dict[str, int]) -> bool:
     """All of the prompt was read from the cache but what llama.cpp evaluates again: its last
     token, or the assistant turn's opening where the request's answer phase ran."""
     return usage["prompt"] - REREAD <= usage["cached"] <= usage["prompt"] - 1
+
 
 def conversation(topic: str | None = None) -> list[dict[str, Any]]:
     """A prompt no other test sends, so no earlier request has cached it."""
@@ -78,9 +77,7 @@ def ask(
     usage: dict[str, int] | None = None
     content: list[str] = []
     reasoning: list[str] = []
-    for chunk in client.chat.completions.create(
-        **args, stream=True, stream_options={"include_usage": True}
-    ):
+    for chunk in client.chat.completions.create(**args, stream=True, stream_options={"include_usage": True}):
         if chunk.usage is not None:
             usage = flat(chunk.usage.model_dump())
         for choice in chunk.choices:
@@ -203,9 +200,7 @@ def auth(key: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def fast_ttl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """TTLs at 1/100: 5m lasts 3 s and 1h lasts 36 s."""
-    proc, server = start_server(
-        tmp_path_factory.mktemp("ttl"), env={"KIMI_CACHE_TTL_SCALE": "0.01"}
-    )
+    proc, server = start_server(tmp_path_factory.mktemp("ttl"), env={"KIMI_CACHE_TTL_SCALE": "0.01"})
     try:
         yield server
     finally:
@@ -226,9 +221,7 @@ def test_an_expired_prefix_is_written_again(fast_ttl_server: LiveServer) -> None
     # The 1h entry outlives the 5m one (one request and 3.5 s later, well inside its 36 s).
     still, _ = ask(fast_ttl_server, hour)
     assert fully_cached(still)
-    stats = httpx.get(
-        fast_ttl_server.base_url + "/cache/stats", headers=auth(fast_ttl_server.key), timeout=10
-    ).json()
+    stats = httpx.get(fast_ttl_server.base_url + "/cache/stats", headers=auth(fast_ttl_server.key), timeout=10).json()
     assert stats["namespace"]["expirations"] >= 1
 
 
@@ -257,9 +250,7 @@ def test_entries_beyond_the_token_bound_are_evicted_lru_and_then_miss(
     prompts = [conversation() for _ in range(5)]
     for messages in prompts:
         ask(bounded_server, messages)
-    stats = httpx.get(
-        bounded_server.base_url + "/cache/stats", headers=auth(bounded_server.key), timeout=10
-    ).json()
+    stats = httpx.get(bounded_server.base_url + "/cache/stats", headers=auth(bounded_server.key), timeout=10).json()
     assert stats["namespace"]["evictions"] >= 2
     assert stats["namespace"]["expirations"] == 0
     assert 0 < stats["namespace"]["tokens_held"] <= BOUND == stats["max_tokens"]

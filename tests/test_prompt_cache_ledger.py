@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -27,9 +28,9 @@ class Clock:
         return self.now
 
 
-def ledger(clock: Clock, **overrides: object) -> PromptCacheLedger:
+def ledger(clock: Clock, **overrides: Any) -> PromptCacheLedger:
     limits = CacheLimits(holders=2, max_active=2, max_tokens=1000, bytes_per_token=10)
-    return PromptCacheLedger(replace(limits, **overrides), clock)  # type: ignore[arg-type]
+    return PromptCacheLedger(replace(limits, **overrides), clock)
 
 
 def take(cache: PromptCacheLedger, key: str, text: str, ttl: float = 300) -> Lease:
@@ -38,8 +39,9 @@ def take(cache: PromptCacheLedger, key: str, text: str, ttl: float = 300) -> Lea
     return lease
 
 
-def run(cache: PromptCacheLedger, key: str, text: str, *, ttl: float = 300, cached: int = 0,
-        tokens: int = 100) -> Lease:
+def run(
+    cache: PromptCacheLedger, key: str, text: str, *, ttl: float = 300, cached: int = 0, tokens: int = 100
+) -> Lease:
     """One request: lease, then commit what the backend would report."""
     lease = take(cache, key, text, ttl)
     cache.commit(lease, text, tokens, prompt_tokens=tokens, cached_tokens=cached)
@@ -219,7 +221,7 @@ def test_acquire_waits_for_a_free_holder() -> None:
 
 
 def test_limits_are_checked() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_active <= holders"):
         PromptCacheLedger(CacheLimits(holders=1, max_active=2, max_tokens=10))
 
 

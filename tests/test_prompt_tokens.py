@@ -74,6 +74,7 @@ def llama_prompt_tokens(server: Any, text: str) -> int:
     return int(result["usage"]["prompt_tokens"])
 
 
+@pytest.mark.e2e
 def test_counts_equal_llama_cpp_for_raw_text(model: tuple[Path, Any]) -> None:
     path, server = model
     tokenizer = load_prompt_tokenizer(path)
@@ -83,6 +84,7 @@ def test_counts_equal_llama_cpp_for_raw_text(model: tuple[Path, Any]) -> None:
     assert counts[0][0] == 120  # the multi-line text really is a token per character
 
 
+@pytest.mark.e2e
 def test_counts_equal_llama_cpp_for_a_rendered_conversation(model: tuple[Path, Any]) -> None:
     path, server = model
     info = read_gguf_info(path)

@@ -19,7 +19,10 @@ import redis
 from tests.gateway_util import ADMIN_KEY, chat_body, free_port, make_app, serve
 
 REDIS_SERVER = shutil.which("redis-server")
-pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed"),
+]
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 _running: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -38,9 +41,21 @@ def own_redis(port: int, restart: bool = False) -> Iterator[subprocess.Popen[byt
         old.kill()
         old.wait(10)
     proc = subprocess.Popen(
-        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--daemonize", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            REDIS_SERVER,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         client = redis.Redis(port=port)

@@ -98,6 +98,7 @@ def fresh_server(tmp_path: Path) -> Iterator[LiveServer]:
         stop_server(proc)
 
 
+@pytest.mark.e2e
 def test_a_looping_answer_ends_with_length_far_below_its_cap(fresh_server: LiveServer) -> None:
     """SmolLM2 answers this seeded prompt with "1" over and over: without the guard it runs to
     the cap (400 tokens); with it, the stream ends with "length" about 100 tokens into the loop."""

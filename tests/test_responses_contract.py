@@ -4,6 +4,7 @@ reasoning round-trips and sealing."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +13,15 @@ from fastapi.testclient import TestClient
 
 from kimi_server.engines.scripted import Script, ScriptedEngine
 from kimi_server.engines.types import ToolCallDelta
-from kimi_server.gate.auth import KeyRing
-from kimi_server.http.app import create_app
 from kimi_server.http.responses_router import responses_sse
 from kimi_server.http.sse import prime
 from kimi_server.policy.catalogue import CATALOGUE
 from kimi_server.protocol.responses import ResponsesRequest
 from kimi_server.serving import responses
-from kimi_server.serving.common import EngineSet
 from kimi_server.serving.responses_request import build_responses_request
 from kimi_server.serving.sealing import Sealer, load_or_create_key
 from kimi_server.settings import Settings
-from tests.conftest import OTHER_KEY, TEST_KEY
+from tests.conftest import OTHER_KEY, ScriptedApp
 from tests.media_samples import data_url
 from tests.media_samples import image as png_image
 from tests.responses_util import body, parse_sse, weather_tool
@@ -49,9 +47,7 @@ def error(client: TestClient, status: int = 400, **fields: Any) -> dict[str, Any
 # --- shape and echo -----------------------------------------------------------------------------
 
 
-def test_plain_response_shape_and_stateless_fields(
-    client: TestClient, engine: ScriptedEngine
-) -> None:
+def test_plain_response_shape_and_stateless_fields(client: TestClient, engine: ScriptedEngine) -> None:
     engine.script = Script(reasoning=REASONING)
     r = post(client)
     assert r["object"] == "response" and r["id"].startswith("resp_")
@@ -149,9 +145,7 @@ def test_sampling_fixed_on_kimi_k3(client: TestClient) -> None:
     post(client, model="kimi-k3", reasoning=None, temperature=1.0, top_p=0.95)
 
 
-def test_structured_output_and_cache_options_only_on_k31(
-    client: TestClient, engine: ScriptedEngine
-) -> None:
+def test_structured_output_and_cache_options_only_on_k31(client: TestClient, engine: ScriptedEngine) -> None:
     fmt = {"type": "json_schema", "name": "greeting", "schema": {"type": "object"}}
     err = error(client, model="kimi-k3", reasoning=None, text={"format": fmt})
     assert err["param"] == "text.format"
@@ -180,9 +174,7 @@ def test_max_output_tokens_range(client: TestClient) -> None:
     ("field", "value"),
     [("previous_response_id", "resp_123"), ("background", True), ("conversation", "conv_1")],
 )
-def test_stateful_requests_are_refused_with_advice(
-    client: TestClient, field: str, value: Any
-) -> None:
+def test_stateful_requests_are_refused_with_advice(client: TestClient, field: str, value: Any) -> None:
     err = error(client, **{field: value})
     assert err["param"] == field and "'input'" in err["message"]
 
@@ -255,9 +247,7 @@ def test_store_true_is_answered_with_store_false(client: TestClient) -> None:
         ({"text": {"format": {"type": "xml"}}}, "text.format"),
     ],
 )
-def test_bad_input_is_400_naming_the_field(
-    client: TestClient, fields: dict[str, Any], param: str
-) -> None:
+def test_bad_input_is_400_naming_the_field(client: TestClient, fields: dict[str, Any], param: str) -> None:
     err = error(client, **fields)
     assert err["param"] == param, err
     assert err["type"] == "invalid_request_error"
@@ -339,9 +329,7 @@ def _tampered(blob: str) -> str:
     return blob[:i] + ("A" if blob[i] != "A" else "B") + blob[i + 1 :]
 
 
-@pytest.mark.parametrize(
-    "mangle", [_tampered, lambda b: b[:-4], lambda b: "not base64!", lambda b: ""]
-)
+@pytest.mark.parametrize("mangle", [_tampered, lambda b: b[:-4], lambda b: "not base64!", lambda b: ""])
 def test_altered_reasoning_is_400(client: TestClient, engine: ScriptedEngine, mangle: Any) -> None:
     reasoning = _first_turn(client, engine)["output"][0]
     bad = {**reasoning, "encrypted_content": mangle(reasoning["encrypted_content"])}
@@ -351,20 +339,13 @@ def test_altered_reasoning_is_400(client: TestClient, engine: ScriptedEngine, ma
 
 
 def test_reasoning_from_another_key_or_server_is_400(
-    client: TestClient, engine: ScriptedEngine, tmp_path: Path
+    client: TestClient, engine: ScriptedEngine, scripted_app: ScriptedApp, tmp_path: Path
 ) -> None:
     reasoning = _first_turn(client, engine)["output"][0]
     items = [reasoning, {"role": "user", "content": "Again."}]
-    r = client.post(
-        "/v1/responses", json=body(input=items), headers={"Authorization": f"Bearer {OTHER_KEY}"}
-    )
+    r = client.post("/v1/responses", json=body(input=items), headers={"Authorization": f"Bearer {OTHER_KEY}"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].encrypted_content"
-    other = create_app(
-        Settings(api_keys=[TEST_KEY], data_dir=tmp_path / "elsewhere"),
-        EngineSet({s.id: engine for s in CATALOGUE}),
-        KeyRing([TEST_KEY]),
-    )
-    with TestClient(other, headers={"Authorization": f"Bearer {TEST_KEY}"}) as c:
+    with scripted_app(engine, data_dir=tmp_path / "elsewhere") as c:
         r = c.post("/v1/responses", json=body(input=items))
     assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].encrypted_content"
 
@@ -382,14 +363,10 @@ def test_output_cap_gives_incomplete(client: TestClient, engine: ScriptedEngine)
     r = post(client, max_output_tokens=2)
     assert r["status"] == "incomplete"
     assert r["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert (
-        r["output"][-1]["status"] == "incomplete" and r["output"][-1]["content"][0]["text"] == "a"
-    )
+    assert r["output"][-1]["status"] == "incomplete" and r["output"][-1]["content"][0]["text"] == "a"
 
 
-def test_failure_after_start_is_a_failed_response_without_internals(
-    client: TestClient, engine: ScriptedEngine
-) -> None:
+def test_failure_after_start_is_a_failed_response_without_internals(client: TestClient, engine: ScriptedEngine) -> None:
     engine.script = Script(fail_after=3)
     r = post(client)
     assert r["status"] == "failed" and r["completed_at"] is None
@@ -432,9 +409,7 @@ def test_function_calls_become_output_items(client: TestClient, engine: Scripted
     assert r["status"] == "completed"
 
 
-def test_namespace_tools_are_flattened_and_split_back(
-    client: TestClient, engine: ScriptedEngine
-) -> None:
+def test_namespace_tools_are_flattened_and_split_back(client: TestClient, engine: ScriptedEngine) -> None:
     ns = {
         "type": "namespace",
         "name": "weather",
@@ -488,12 +463,11 @@ def test_custom_apply_patch_tool(client: TestClient, engine: ScriptedEngine) -> 
     assert engine.requests[-1].messages[1].tool_calls[0].kind == "custom"
 
 
-def test_tool_choice_none_hides_tools_and_allowed_tools_filters(
-    client: TestClient, engine: ScriptedEngine
-) -> None:
+def test_tool_choice_none_hides_tools_and_allowed_tools_filters(client: TestClient, engine: ScriptedEngine) -> None:
     tools = [weather_tool(), weather_tool("get_time")]
     post(client, tools=tools, tool_choice="none")
-    assert engine.requests[-1].tools == ()
+    hidden = engine.requests[-1]
+    assert hidden.tools == ()
     choice = {
         "type": "allowed_tools",
         "mode": "required",
@@ -536,8 +510,9 @@ def test_closing_the_stream_cancels_the_generation(engine: ScriptedEngine, tmp_p
     async def scenario() -> tuple[str, int]:
         events = await prime(engine.generate(plan.gen))
         stream = responses.stream(plan, sealer, events)
+        assert isinstance(stream, AsyncGenerator)  # closable, as the server closes it
         seen = [await anext(stream) for _ in range(5)]
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
         return seen[-1]["type"], engine.cancelled  # counted now, not at loop shutdown
 
     last, cancelled = asyncio.run(scenario())

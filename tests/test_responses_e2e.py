@@ -8,6 +8,7 @@ from typing import Any
 import openai
 import pytest
 from openai import OpenAI
+from openai.types.responses import EasyInputMessageParam
 
 from tests.conftest import LiveServer
 
@@ -30,15 +31,11 @@ def test_create_plain(sdk: OpenAI) -> None:
     assert reasoning.type == "reasoning" and reasoning.encrypted_content
     assert reasoning.summary and reasoning.summary[0].text
     assert r.usage is not None and r.usage.output_tokens_details.reasoning_tokens > 0
-    assert r.store is False and r.previous_response_id is None
+    assert (r.model_extra or {})["store"] is False and r.previous_response_id is None
 
 
 def test_create_stream(sdk: OpenAI) -> None:
-    events = list(
-        sdk.responses.create(
-            model=MODEL, input=QUESTION, reasoning=LOW, max_output_tokens=96, stream=True
-        )
-    )
+    events = list(sdk.responses.create(model=MODEL, input=QUESTION, reasoning=LOW, max_output_tokens=96, stream=True))
     numbers = [e.sequence_number for e in events]
     assert numbers == sorted(set(numbers))
     assert events[0].type == "response.created" and events[1].type == "response.in_progress"
@@ -50,9 +47,7 @@ def test_create_stream(sdk: OpenAI) -> None:
 
 def test_stream_helper_final_response(sdk: OpenAI) -> None:
     # Room enough that the answer ends by itself: the helper's final response is "completed".
-    with sdk.responses.stream(
-        model=MODEL, input=QUESTION, reasoning=LOW, max_output_tokens=256
-    ) as stream:
+    with sdk.responses.stream(model=MODEL, input=QUESTION, reasoning=LOW, max_output_tokens=256) as stream:
         final = stream.get_final_response()
     assert final.status == "completed"
     assert final.output_text.strip()
@@ -60,32 +55,28 @@ def test_stream_helper_final_response(sdk: OpenAI) -> None:
 
 def test_reasoning_round_trip_reaches_the_prompt(sdk: OpenAI) -> None:
     first = sdk.responses.create(model=MODEL, input=QUESTION, reasoning=LOW, max_output_tokens=96)
-    reasoning_tokens = first.usage.output_tokens_details.reasoning_tokens  # type: ignore[union-attr]
+    assert first.usage is not None
+    reasoning_tokens = first.usage.output_tokens_details.reasoning_tokens
     message = [o for o in first.output if o.type == "message"]
-    follow_up = {"role": "user", "content": "And of Italy?"}
-    user = {"role": "user", "content": QUESTION}
-    with_reasoning = sdk.responses.create(
-        model=MODEL,
-        input=[user, *first.output, follow_up],  # type: ignore[list-item]
-        reasoning=LOW,
-        max_output_tokens=16,
-    )
-    without = sdk.responses.create(
-        model=MODEL,
-        input=[user, *message, follow_up],  # type: ignore[list-item]
-        reasoning=LOW,
-        max_output_tokens=16,
-    )
-    grown = with_reasoning.usage.input_tokens - without.usage.input_tokens  # type: ignore[union-attr]
+    follow_up: EasyInputMessageParam = {"role": "user", "content": "And of Italy?"}
+    user: EasyInputMessageParam = {"role": "user", "content": QUESTION}
+    # The SDK takes its own output items back as input, which its parameter types do not say.
+    items: list[Any] = [user, *first.output, follow_up]
+    with_reasoning = sdk.responses.create(model=MODEL, input=items, reasoning=LOW, max_output_tokens=16)
+    items = [user, *message, follow_up]
+    without = sdk.responses.create(model=MODEL, input=items, reasoning=LOW, max_output_tokens=16)
+    assert with_reasoning.usage is not None and without.usage is not None
+    grown = with_reasoning.usage.input_tokens - without.usage.input_tokens
     # The restored reasoning is re-tokenised inside its markers: about as long as it was.
     assert 0.5 * reasoning_tokens <= grown <= reasoning_tokens + 16, (grown, reasoning_tokens)
 
-    blob = first.output[0].encrypted_content  # type: ignore[union-attr]
+    reasoning = first.output[0]
+    assert reasoning.type == "reasoning" and reasoning.encrypted_content
+    blob = reasoning.encrypted_content
     i = len(blob) // 2
     altered = blob[:i] + ("A" if blob[i] != "A" else "B") + blob[i + 1 :]
-    tampered = {**first.output[0].model_dump(exclude_none=True), "encrypted_content": altered}
+    tampered: Any = {**reasoning.model_dump(exclude_none=True), "encrypted_content": altered}
     with pytest.raises(openai.BadRequestError) as caught:
-        sdk.responses.create(
-            model=MODEL, input=[user, tampered, follow_up], reasoning=LOW, max_output_tokens=16
-        )
-    assert caught.value.body["param"] == "input[1].encrypted_content"  # type: ignore[index]
+        sdk.responses.create(model=MODEL, input=[user, tampered, follow_up], reasoning=LOW, max_output_tokens=16)
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["param"] == "input[1].encrypted_content"

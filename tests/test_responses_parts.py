@@ -41,9 +41,7 @@ def test_without_a_sentence_end_it_cuts_at_a_word() -> None:
 
 
 def test_cjk_sentence_ends_count() -> None:
-    assert summarize("\u5148\u52a0\u3002\u518d\u6570\u4e00\u904d\u3002\u6700\u540e", 4)[0] == (
-        "\u5148\u52a0\u3002"
-    )
+    assert summarize("\u5148\u52a0\u3002\u518d\u6570\u4e00\u904d\u3002\u6700\u540e", 4)[0] == ("\u5148\u52a0\u3002")
 
 
 def test_empty_reasoning_has_empty_summary() -> None:

@@ -195,9 +195,7 @@ def test_multi_turn_validates(client: TestClient, engine: ScriptedEngine) -> Non
     assert engine.requests[-1].messages[1].reasoning  # the sealed reasoning came back
 
 
-def test_custom_and_namespace_tools_validate_against_openai(
-    client: TestClient, engine: ScriptedEngine
-) -> None:
+def test_custom_and_namespace_tools_validate_against_openai(client: TestClient, engine: ScriptedEngine) -> None:
     tools = [
         {"type": "custom", "name": "apply_patch", "description": "Edit files."},
         {

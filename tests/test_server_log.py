@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import start_server, stop_server
 
+pytestmark = pytest.mark.e2e
+
 
 def _after_start_up(log: str) -> list[str]:
     """The lines from uvicorn's first on: before it, ``serve`` prints a few for people (what it
@@ -50,10 +52,10 @@ def test_one_json_line_per_request(tmp_path: Path, workers: str) -> None:
         parsed.append(entry)
     mine = [e for e in parsed if request_id in json.dumps(e)]
     assert len(mine) == 1, mine
-    (line,) = mine
-    assert line["logger"] == "kimi_server.requests" and line["message"] == "request"
-    assert (line["path"], line["status"], line["model"]) == ("/v1/chat/completions", 200, "kimi-k3")
-    assert line["completion_tokens"] > 0
+    (logged,) = mine
+    assert logged["logger"] == "kimi_server.requests" and logged["message"] == "request"
+    assert (logged["path"], logged["status"], logged["model"]) == ("/v1/chat/completions", 200, "kimi-k3")
+    assert logged["completion_tokens"] > 0
     assert not any("/v1/models" in e.get("message", "") for e in parsed)  # no uvicorn access line
     assert any(e.get("path") == "/v1/models" and e.get("status") == 401 for e in parsed)
     assert any(e["logger"].startswith("uvicorn") for e in parsed)  # uvicorn's own lines, as JSON

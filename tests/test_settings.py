@@ -44,7 +44,7 @@ def test_budgets_from_env_json(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_overlapping_budgets_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 8: a level's cap past the next level's floor would let a lower effort out-think
+    """A level's cap past the next level's floor would let a lower effort out-think
     a higher one; the operator hears which pair overlaps."""
     monkeypatch.setenv("KIMI_BUDGETS", '{"high": {"floor": 5, "cap": 9}}')
     with pytest.raises(ValueError, match=r"low\.cap \(96\) exceeds high\.floor \(5\)"):
@@ -77,9 +77,7 @@ def test_development_key_is_kept_private_and_stable(tmp_path: Path) -> None:
 
 
 def test_serve_with_unknown_model_exits_cleanly(tmp_path: Path) -> None:
-    result = CliRunner().invoke(
-        app, ["serve", "--model", "no-such-model", "--models-dir", str(tmp_path)]
-    )
+    result = CliRunner().invoke(app, ["serve", "--model", "no-such-model", "--models-dir", str(tmp_path)])
     assert result.exit_code == 1
     assert "no-such-model" in result.output
     assert "Traceback" not in result.output

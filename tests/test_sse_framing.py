@@ -9,10 +9,19 @@ from typing import Any
 from kimi_server.http.sse import ChunkFramer, data_frame
 
 
-def chunk(delta: dict[str, Any], finish: str | None = None, *, usage: bool = False, cid: str = "chatcmpl-1",
-          model: str = "kimi-k3") -> dict[str, Any]:
+def chunk(
+    delta: dict[str, Any],
+    finish: str | None = None,
+    *,
+    usage: bool = False,
+    cid: str = "chatcmpl-1",
+    model: str = "kimi-k3",
+) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "id": cid, "object": "chat.completion.chunk", "created": 1_700_000_000, "model": model,
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
     }
     if usage:
@@ -21,21 +30,27 @@ def chunk(delta: dict[str, Any], finish: str | None = None, *, usage: bool = Fal
 
 
 def test_every_chunk_shape_frames_as_encoded_whole() -> None:
-    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": \"é\\n\"}"}}
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": "é\\n"}'}}
     stream = [
         chunk({"role": "assistant"}),
-        chunk({"reasoning_content": "Let me think \"quoted\" — ünïcode ✓"}),
+        chunk({"reasoning_content": 'Let me think "quoted" — ünïcode ✓'}),
         chunk({"content": "Hello\n\tthere </script> \u2028"}),
         chunk({"tool_calls": [call]}),
         chunk({}, "tool_calls"),
         chunk({"content": "x"}, usage=True),
         chunk({}, "stop", usage=True),
-        {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": "kimi-k3",
-         "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}},
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": "kimi-k3",
+            "choices": [],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+        },
         {"error": {"message": "boom", "type": "server_error", "code": None, "param": None}},
         chunk({"content": "next stream"}, cid="chatcmpl-2", model="kimi-k3.1-pro"),
-        chunk({"content": "logprobs"}) | {"choices": [{"index": 0, "delta": {}, "finish_reason": None,
-                                                         "logprobs": {"content": []}}]},
+        chunk({"content": "logprobs"})
+        | {"choices": [{"index": 0, "delta": {}, "finish_reason": None, "logprobs": {"content": []}}]},
     ]
     framer = ChunkFramer()
     for item in stream:
@@ -46,10 +61,10 @@ def _events() -> list[Any]:
     from kimi_server.engines.types import ContentDelta, Finish, ReasoningDelta, ToolCallDelta, Usage
 
     return [
-        ReasoningDelta("Let me think \"quoted\" — ünïcode ✓"),
+        ReasoningDelta('Let me think "quoted" — ünïcode ✓'),
         ContentDelta("Hello\n\tthere </script> \u2028"),
         ContentDelta(""),
-        ToolCallDelta(0, "call_1", "f", "{\"a\": \"é\\n\"}"),
+        ToolCallDelta(0, "call_1", "f", '{"a": "é\\n"}'),
         ToolCallDelta(0, arguments="more"),
         ToolCallDelta(1, "call_2", "$web_search", "", "builtin_function"),
         ReasoningDelta("late thought"),
@@ -84,8 +99,9 @@ def test_chat_event_stream_is_the_chunk_stream_framed_byte_for_byte(monkeypatch:
     for include_usage in (False, True):
         for fail in (False, True):
             events = _events()[:-1] if fail else _events()
-            general = asyncio.run(_collect(chat_sse(
-                chat.stream_chunks(_source(events, fail), "kimi-k3", include_usage=include_usage))))
+            general = asyncio.run(
+                _collect(chat_sse(chat.stream_chunks(_source(events, fail), "kimi-k3", include_usage=include_usage)))
+            )
             fused = asyncio.run(_collect(chat_event_sse(_source(events, fail), "kimi-k3", include_usage=include_usage)))
             assert fused == general
             assert b'"content":"Hello' in fused and fused.endswith(b"data: [DONE]\n\n")

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
+from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import BaseModel, Field
 
 from tests.conftest import LiveServer
@@ -22,8 +24,7 @@ from tests.schema_corpus import Outcome, Schema, check, corpus, features, repres
 pytestmark = pytest.mark.e2e
 
 MODEL = "kimi-k3.1-pro"
-COMMON: dict[str, Any] = {"model": MODEL, "reasoning_effort": "low",
-                          "max_completion_tokens": 320}
+COMMON: dict[str, Any] = {"model": MODEL, "reasoning_effort": "low", "max_completion_tokens": 320}
 # The suite runs a subset that uses every keyword, type and format the 120-schema corpus uses;
 # KIMI_CORPUS_FULL=1 runs the whole corpus through every combination (see MODES).
 FULL = os.environ.get("KIMI_CORPUS_FULL") == "1"
@@ -33,18 +34,16 @@ SCHEMAS = CORPUS if FULL else representative(CORPUS)
 
 @pytest.fixture(scope="module")
 def sdk(live_server: LiveServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=live_server.base_url, api_key=live_server.key, max_retries=0,
-                         timeout=600)
+    return openai.OpenAI(base_url=live_server.base_url, api_key=live_server.key, max_retries=0, timeout=600)
 
 
-def ask(i: int) -> list[dict[str, Any]]:
+def ask(i: int) -> list[ChatCompletionMessageParam]:
     return [{"role": "user", "content": f"Fill in example data for record {i}."}]
 
 
 def structured(sdk: openai.OpenAI, stream: bool) -> Any:
     def one(i: int, schema: Schema) -> Outcome:
-        fmt = {"type": "json_schema",
-               "json_schema": {"name": f"record_{i}", "strict": True, "schema": schema}}
+        fmt = {"type": "json_schema", "json_schema": {"name": f"record_{i}", "strict": True, "schema": schema}}
         kwargs: dict[str, Any] = {**COMMON, "messages": ask(i), "response_format": fmt}
         if not stream:
             r = sdk.chat.completions.create(**kwargs)
@@ -61,11 +60,22 @@ def structured(sdk: openai.OpenAI, stream: bool) -> Any:
 
 def tool_args(sdk: openai.OpenAI, stream: bool) -> Any:
     def one(i: int, schema: Schema) -> Outcome:
-        tool = {"type": "function", "function": {"name": f"save_record_{i}", "strict": True,
-                                                 "description": "Saves one record.",
-                                                 "parameters": schema}}
-        kwargs: dict[str, Any] = {**COMMON, "messages": ask(i), "tools": [tool],
-                                  "tool_choice": "required", "parallel_tool_calls": False}
+        tool = {
+            "type": "function",
+            "function": {
+                "name": f"save_record_{i}",
+                "strict": True,
+                "description": "Saves one record.",
+                "parameters": schema,
+            },
+        }
+        kwargs: dict[str, Any] = {
+            **COMMON,
+            "messages": ask(i),
+            "tools": [tool],
+            "tool_choice": "required",
+            "parallel_tool_calls": False,
+        }
         if not stream:
             r = sdk.chat.completions.create(**kwargs)
             calls = r.choices[0].message.tool_calls or []
@@ -116,19 +126,41 @@ def test_corpus_strict_tool_arguments_always_validate(sdk: openai.OpenAI, mode: 
     assert failures == [], "\n".join(failures)
 
 
-TOOLS = [
-    {"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather for a city.", "strict": True,
-        "parameters": {"type": "object", "properties": {
-            "city": {"type": "string", "maxLength": 20},
-            "unit": {"enum": ["celsius", "fahrenheit"]}},
-            "required": ["city", "unit"], "additionalProperties": False}}},
-    {"type": "function", "function": {
-        "name": "add", "description": "Adds two integers.", "strict": True,
-        "parameters": {"type": "object", "properties": {
-            "a": {"type": "integer", "minimum": -100, "maximum": 100},
-            "b": {"type": "integer", "minimum": -100, "maximum": 100}},
-            "required": ["a", "b"], "additionalProperties": False}}},
+TOOLS: list[ChatCompletionFunctionToolParam] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city.",
+            "strict": True,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 20},
+                    "unit": {"enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city", "unit"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Adds two integers.",
+            "strict": True,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "a": {"type": "integer", "minimum": -100, "maximum": 100},
+                    "b": {"type": "integer", "minimum": -100, "maximum": 100},
+                },
+                "required": ["a", "b"],
+                "additionalProperties": False,
+            },
+        },
+    },
 ]
 PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
@@ -140,16 +172,13 @@ def valid_call(name: str, arguments: str) -> None:
 
 
 @pytest.mark.parametrize("choice", ["required", "get_weather", "add"])
-def test_required_and_named_choice_always_yield_valid_calls(
-    sdk: openai.OpenAI, choice: str
-) -> None:
-    tool_choice: Any = choice if choice == "required" else {
-        "type": "function", "function": {"name": choice}}
+def test_required_and_named_choice_always_yield_valid_calls(sdk: openai.OpenAI, choice: str) -> None:
+    tool_choice: Any = choice if choice == "required" else {"type": "function", "function": {"name": choice}}
 
     def ask_one(question: str) -> Any:
         return sdk.chat.completions.create(
-            **COMMON, messages=[{"role": "user", "content": question}], tools=TOOLS,
-            tool_choice=tool_choice)
+            **COMMON, messages=[{"role": "user", "content": question}], tools=TOOLS, tool_choice=tool_choice
+        )
 
     questions = ("What is the weather in Oslo?", "Hello!", "What is 2 plus 3?")
     with ThreadPoolExecutor(len(questions)) as pool:  # the server decodes them together
@@ -168,15 +197,17 @@ def test_required_and_named_choice_always_yield_valid_calls(
 
 def test_streamed_calls_reassemble_to_the_non_streamed_calls(sdk: openai.OpenAI) -> None:
     kwargs: dict[str, Any] = {
-        **COMMON, "seed": 1234, "tools": TOOLS, "tool_choice": "required",
+        **COMMON,
+        "seed": 1234,
+        "tools": TOOLS,
+        "tool_choice": "required",
         "messages": [{"role": "user", "content": "Weather in Lima, and 4 plus 5?"}],
     }
     # With a seed every call computes its whole prompt (no prompt-cache reuse), so calls one
     # after another compute the same numbers and sample the same tokens.
     sdk.chat.completions.create(**kwargs)
     plain = sdk.chat.completions.create(**kwargs)
-    expected = [(c.function.name, c.function.arguments)
-                for c in plain.choices[0].message.tool_calls or []]
+    expected = [(c.function.name, c.function.arguments) for c in plain.choices[0].message.tool_calls or []]
     assert expected
     calls: dict[int, list[str]] = {}
     ids: dict[int, str] = {}
@@ -206,17 +237,19 @@ class Person(BaseModel):
 
 def test_sdk_parse_returns_a_parsed_object(sdk: openai.OpenAI) -> None:
     r = sdk.chat.completions.parse(
-        **COMMON, messages=[{"role": "user", "content": "Invent a programmer."}],
-        response_format=Person)
+        **COMMON, messages=[{"role": "user", "content": "Invent a programmer."}], response_format=Person
+    )
     parsed = r.choices[0].message.parsed
     assert isinstance(parsed, Person), r.choices[0].message.content
 
 
 def test_json_object_mode_yields_an_object(sdk: openai.OpenAI) -> None:
     r = sdk.chat.completions.create(
-        **COMMON, seed=3,
+        **COMMON,
+        seed=3,
         messages=[{"role": "user", "content": "Give a cat's name and age as a JSON object."}],
-        response_format={"type": "json_object"})
+        response_format={"type": "json_object"},
+    )
     # Only an answer cut off by the token cap can be incomplete; this one has room to finish.
     assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
     assert isinstance(json.loads(r.choices[0].message.content or ""), dict)
@@ -225,17 +258,17 @@ def test_json_object_mode_yields_an_object(sdk: openai.OpenAI) -> None:
 def test_tool_results_feed_back_into_the_next_turn(sdk: openai.OpenAI) -> None:
     messages: list[Any] = [{"role": "user", "content": "What is the weather in Rome?"}]
     first = sdk.chat.completions.create(
-        **COMMON, messages=messages, tools=TOOLS,
-        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        **COMMON, messages=messages, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}
+    )
     msg = first.choices[0].message
     assert msg.tool_calls
     messages.append(msg.model_dump(exclude_none=True))  # keeps reasoning_content, as told
     assert messages[-1]["reasoning_content"] is not None
     for call in msg.tool_calls:
-        messages.append({"role": "tool", "tool_call_id": call.id,
-                         "content": json.dumps({"temperature_c": 21, "sky": "clear"})})
-    second = sdk.chat.completions.create(**COMMON, messages=messages, tools=TOOLS,
-                                         tool_choice="none")
+        messages.append(
+            {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 21, "sky": "clear"})}
+        )
+    second = sdk.chat.completions.create(**COMMON, messages=messages, tools=TOOLS, tool_choice="none")
     assert second.choices[0].finish_reason in ("stop", "length")
     assert not second.choices[0].message.tool_calls
     # The history really reached the prompt: it is longer than the same request without it
@@ -245,20 +278,28 @@ def test_tool_results_feed_back_into_the_next_turn(sdk: openai.OpenAI) -> None:
     assert second.usage.prompt_tokens > alone.usage.prompt_tokens + 20
 
 
-@pytest.mark.parametrize("schema", [
-    {"allOf": [{"type": "string"}, {"type": "integer"}]},  # no value fits
-    {"type": "string", "pattern": "^a\\Z"},  # fine for Python's re, not for the grammar's regex
-], ids=["unsatisfiable", "regex-dialect"])
-def test_a_schema_the_compiler_rejects_is_a_400_before_streaming(
-    sdk: openai.OpenAI, schema: Schema
-) -> None:
-    fmt = {"type": "json_schema", "json_schema": {"name": "x", "strict": True, "schema": schema}}
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"allOf": [{"type": "string"}, {"type": "integer"}]},  # no value fits
+        {"type": "string", "pattern": "^a\\Z"},  # fine for Python's re, not for the grammar's regex
+    ],
+    ids=["unsatisfiable", "regex-dialect"],
+)
+def test_a_schema_the_compiler_rejects_is_a_400_before_streaming(sdk: openai.OpenAI, schema: Schema) -> None:
+    fmt: ResponseFormatJSONSchema = {
+        "type": "json_schema",
+        "json_schema": {"name": "x", "strict": True, "schema": schema},
+    }
+
+    def send(stream: bool) -> None:
+        r = sdk.chat.completions.create(**COMMON, messages=ask(0), response_format=fmt, stream=stream)
+        if stream:
+            list(r)
+
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError) as info:
-            r = sdk.chat.completions.create(**COMMON, messages=ask(0), response_format=fmt,
-                                            stream=stream)
-            if stream:
-                list(r)  # type: ignore[call-overload]
+            send(stream)
         body = info.value.body
         assert isinstance(body, dict) and body.get("code") == "invalid_schema", body
         assert body.get("param") == "response_format", body

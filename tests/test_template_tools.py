@@ -40,8 +40,7 @@ def generated_turn(t: ChatTemplate) -> str:
     the grammar's call syntax."""
     syntax = syntax_for_template(t.source)
     calls = syntax.separator.join(
-        f'{syntax.open}{{"name": "{c.name}", "arguments": {c.arguments}}}{syntax.close}'
-        for c in CALLS
+        f'{syntax.open}{{"name": "{c.name}", "arguments": {c.arguments}}}{syntax.close}' for c in CALLS
     )
     return f"{THINK[0]}Both cities need get_weather.{THINK[1]}{calls}"
 
@@ -67,3 +66,29 @@ def test_custom_tool_is_described_with_its_patch_format() -> None:
     t = template(QWEN)
     prompt = t.render(HISTORY[:1], tools=[ToolSpec("apply_patch", "Edit files.", kind="custom")])
     assert "apply_patch" in prompt and "*** Begin Patch" in prompt and "Edit files." in prompt
+
+
+def test_system_message_tools_render_where_declared() -> None:
+    """Qwen's own tool block (its "# Tools" section and call instructions) appears in the
+    declaring system message's place, and only the request's own tools up front."""
+    clock = ToolSpec("get_time", "Time.", {"type": "object", "properties": {}})
+    turns = [
+        Message("system", "Be brief."),
+        Message("user", "Hi"),
+        Message("system", "", tools=tuple(TOOLS)),
+        Message("user", "Weather in Rome?"),
+    ]
+    prompt = template(QWEN).render(turns, tools=[clock, *TOOLS])
+    head, _, rest = prompt.partition("<|im_start|>user\nHi<|im_end|>\n")
+    assert '"get_time"' in head and '"get_weather"' not in head
+    declared, _, tail = rest.partition("<|im_start|>user\nWeather in Rome?")
+    assert declared.startswith("<|im_start|>system\n# Tools\n") and '"get_weather"' in declared
+    assert "<tool_call>" in declared and '"get_time"' not in declared + tail
+
+
+def test_system_message_tools_without_a_native_tool_block() -> None:
+    turns = [Message("user", "Hi"), Message("system", "", tools=tuple(TOOLS)), Message("user", "Rome?")]
+    prompt = template(SMOL).render(turns, tools=TOOLS)
+    first, _, rest = prompt.partition("<|im_start|>user\nHi<|im_end|>\n")
+    assert '"get_weather"' not in first
+    assert rest.startswith("<|im_start|>system\nYou can call these tools.") and '"get_weather"' in rest

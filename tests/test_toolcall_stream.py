@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from typing import Any
 
 import pytest
 
@@ -104,15 +105,15 @@ def test_arguments_stream_before_the_call_ends() -> None:
     assert parser.count == 1
 
 
-def request(**kw: object) -> GenerationRequest:
-    base: dict[str, object] = {
+def request(**kw: Any) -> GenerationRequest:
+    base: dict[str, Any] = {
         "model": "m",
         "messages": (),
         "effort": "low",
         "budget": ReasoningBudget(0, 8),
         "max_output_tokens": 64,
     }
-    return GenerationRequest(**{**base, **kw})  # type: ignore[arg-type]
+    return GenerationRequest(**{**base, **kw})
 
 
 WEATHER = ToolSpec("get_weather", parameters={"type": "object", "properties": {}})
@@ -126,8 +127,7 @@ def test_plan_follows_tool_choice() -> None:
     assert "get_weather" in required.calls.text() and "Begin Patch" in required.calls.text()
     assert f"{{0,{MAX_PARALLEL_CALLS - 1}}}" in required.calls.text()
     named = plan_answer(
-        request(tools=tools, tool_choice=ToolChoice("named", "get_weather"),
-                parallel_tool_calls=False),
+        request(tools=tools, tool_choice=ToolChoice("named", "get_weather"), parallel_tool_calls=False),
         QWEN_SYNTAX,
     )
     assert named.calls is not None and "Begin Patch" not in named.calls.text()
@@ -137,9 +137,7 @@ def test_plan_follows_tool_choice() -> None:
     none = plan_answer(request(tools=tools, tool_choice=ToolChoice("none")), QWEN_SYNTAX)
     assert none.calls is None and none.text is None
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    structured = plan_answer(
-        request(output_format=OutputFormat("json_schema", schema, "a")), BARE_SYNTAX
-    )
+    structured = plan_answer(request(output_format=OutputFormat("json_schema", schema, "a")), BARE_SYNTAX)
     assert structured.text is not None and '"integer"' in structured.text.text()
 
 
@@ -148,8 +146,7 @@ def test_auto_decision_step() -> None:
     prompt = decision_prompt(tools, "What's the weather\nin Oslo?")
     # The asked-about case comes last, on one line each, after the few-shot examples.
     assert prompt.endswith(
-        "Tools: get_weather, add (Adds two integers. Exactly two)\n"
-        "Message: What's the weather in Oslo?\nDecision:"
+        "Tools: get_weather, add (Adds two integers. Exactly two)\nMessage: What's the weather in Oslo?\nDecision:"
     )
     assert decision_grammar(tools).endswith('start: " " ("get_weather" | "add" | "none")')
     convo = (Message("user", "hi"), Message("assistant", "x"), Message("user", "weather?"))
@@ -171,13 +168,15 @@ def test_a_call_written_in_the_reasoning_counts() -> None:
 
 
 def test_time_formats_become_bounded_patterns() -> None:
-    schema = {"type": "object", "properties": {
-        "at": {"type": "string", "format": "date-time"},
-        "format": {"type": "string", "format": "time"},
-        "day": {"type": "string", "format": "date"}}}
-    text = plan_answer(
-        request(output_format=OutputFormat("json_schema", schema, "a")), BARE_SYNTAX
-    ).text
+    schema = {
+        "type": "object",
+        "properties": {
+            "at": {"type": "string", "format": "date-time"},
+            "format": {"type": "string", "format": "time"},
+            "day": {"type": "string", "format": "date"},
+        },
+    }
+    text = plan_answer(request(output_format=OutputFormat("json_schema", schema, "a")), BARE_SYNTAX).text
     assert text is not None
     body = text.text()
     assert '"format":"time"' not in body and '"format":"date-time"' not in body
@@ -185,12 +184,15 @@ def test_time_formats_become_bounded_patterns() -> None:
 
 
 def test_numbers_get_an_end() -> None:
-    schema = {"type": "object", "properties": {
-        "x": {"type": "number", "minimum": 0}, "n": {"type": ["integer", "null"]},
-        "e": {"enum": [{"type": "number"}]}}}
-    text = plan_answer(
-        request(output_format=OutputFormat("json_schema", schema, "a")), BARE_SYNTAX
-    ).text
+    schema = {
+        "type": "object",
+        "properties": {
+            "x": {"type": "number", "minimum": 0},
+            "n": {"type": ["integer", "null"]},
+            "e": {"enum": [{"type": "number"}]},
+        },
+    }
+    text = plan_answer(request(output_format=OutputFormat("json_schema", schema, "a")), BARE_SYNTAX).text
     assert text is not None
     body = text.text()
     assert '"x":{"type":"number","minimum":0,"multipleOf":0.0001,"exclusiveMaximum"' in body

@@ -12,15 +12,26 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionFunctionToolParam
 
 from tests.conftest import LiveServer
 
 pytestmark = pytest.mark.e2e
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather for a city.", "strict": True,
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"], "additionalProperties": False}}}
+WEATHER: ChatCompletionFunctionToolParam = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a city.",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 
 @pytest.fixture
@@ -30,11 +41,16 @@ def qwen(default_model_server: LiveServer) -> LiveServer:
 
 
 def ask(server: LiveServer, question: str) -> Any:
-    sdk = openai.OpenAI(base_url=server.base_url, api_key=server.key, max_retries=0,
-                        timeout=900)
+    sdk = openai.OpenAI(base_url=server.base_url, api_key=server.key, max_retries=0, timeout=900)
     return sdk.chat.completions.create(
-        model="kimi-k3.1-pro", reasoning_effort="low", max_completion_tokens=160, seed=7,
-        messages=[{"role": "user", "content": question}], tools=[WEATHER], tool_choice="auto")
+        model="kimi-k3.1-pro",
+        reasoning_effort="low",
+        max_completion_tokens=160,
+        seed=7,
+        messages=[{"role": "user", "content": question}],
+        tools=[WEATHER],
+        tool_choice="auto",
+    )
 
 
 @pytest.mark.parametrize("greeting", ["Hi! How are you?", "Hello there!"])

@@ -18,8 +18,9 @@ def run_cli(tmp: Path, *args: str, **env: str) -> subprocess.CompletedProcess[st
     clean = {k: v for k, v in os.environ.items() if not k.upper().startswith("KIMI_")}
     clean.update(KIMI_DATA_DIR=str(tmp / "data"), KIMI_MODELS_DIR=str(tmp / "models"), KIMI_AUTO_PULL="false")
     clean.update(env)
-    return subprocess.run([sys.executable, "-m", "kimi_server.cli", *args], env=clean, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kimi_server.cli", *args], env=clean, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_serve_refuses_mistyped_toml_keys(tmp_path: Path) -> None:
@@ -66,17 +67,26 @@ def test_known_and_allowed_variables_pass(tmp_path: Path) -> None:
     # An upstream's key may live in a KIMI_* variable when a setting names it.
     done = run_cli(tmp_path, "keys", "list", KIMI_CONFIG=str(tmp_path / "absent.toml"))
     assert done.returncode != 0 and "absent.toml" in done.stderr  # the config file's name is no setting
-    done = run_cli(tmp_path, "keys", "list", KIMI_CTX_SIZE="4096", KIMI_TEST_POSTGRES="postgresql://x/y",
-                   KIMI_UPSTREAM_API_KEY_ENV="KIMI_VLLM_KEY", KIMI_VLLM_KEY="secret")
+    done = run_cli(
+        tmp_path,
+        "keys",
+        "list",
+        KIMI_CTX_SIZE="4096",
+        KIMI_TEST_POSTGRES="postgresql://x/y",
+        KIMI_UPSTREAM_API_KEY_ENV="KIMI_VLLM_KEY",
+        KIMI_VLLM_KEY="secret",
+    )
     assert done.returncode == 0, done.stderr
 
 
 def test_nested_tables_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "routes.toml"
     monkeypatch.setenv("KIMI_CONFIG", str(config))  # as --config would set it, undone after the test
-    config.write_text('[routes.kimi-k3]\nengine = "upstream"\n[[routes.kimi-k3.upstreams]]\n'
-                      'base_url = "http://127.0.0.1:9/v1"\nwieght = 2\n[routes.kimi-k3.upstreams.capabilities]\n'
-                      'tool = false\n[budgets.low]\nflor = 1\ncap = 2\n')
+    config.write_text(
+        '[routes.kimi-k3]\nengine = "upstream"\n[[routes.kimi-k3.upstreams]]\n'
+        'base_url = "http://127.0.0.1:9/v1"\nwieght = 2\n[routes.kimi-k3.upstreams.capabilities]\n'
+        "tool = false\n[budgets.low]\nflor = 1\ncap = 2\n"
+    )
     with pytest.raises(UnknownSettingError) as raised:
         load_settings()
     message = str(raised.value)

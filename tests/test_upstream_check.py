@@ -20,12 +20,14 @@ SERVED = ["Qwen/Qwen2.5-0.5B-Instruct", "llama-3.1-8b"]
 def serving(*ids: str) -> Any:
     async def models(_: dict[str, Any], c: Conn) -> None:
         await c.json(200, {"object": "list", "data": [{"id": i, "object": "model"} for i in ids]})
+
     return models
 
 
 def status(code: int) -> Any:
     async def refuse(_: dict[str, Any], c: Conn) -> None:
         await c.json(code, {"error": {"message": "no", "type": "invalid_request_error"}})
+
     return refuse
 
 
@@ -89,8 +91,10 @@ base_url = "{up.url}"
     [
         ({}, "it wants an API key; name the environment variable holding it with api_key_env"),
         ({"KIMI_UPSTREAM_API_KEY_ENV": "OPS_UPSTREAM_KEY"}, "the environment variable $OPS_UPSTREAM_KEY is not set"),
-        ({"KIMI_UPSTREAM_API_KEY_ENV": "OPS_UPSTREAM_KEY", "OPS_UPSTREAM_KEY": "sk-wrong"},
-         "refused the key (HTTP 401): check the key in $OPS_UPSTREAM_KEY"),
+        (
+            {"KIMI_UPSTREAM_API_KEY_ENV": "OPS_UPSTREAM_KEY", "OPS_UPSTREAM_KEY": "sk-wrong"},
+            "refused the key (HTTP 401): check the key in $OPS_UPSTREAM_KEY",
+        ),
     ],
 )
 def test_a_refused_key_says_which_variable_to_check(

@@ -46,9 +46,7 @@ def ask_at_once(tmp: Path, gauge: Gauge, **upstream: Any) -> list[str]:
     with FakeUpstream(gauge.handler) as up, front(tmp, config(up.url, **upstream), parallel=1) as f:
 
         def ask(_: int) -> str:
-            resp = f.sdk.chat.completions.create(
-                model="kimi-k3.1-pro", messages=[{"role": "user", "content": "Hi"}]
-            )
+            resp = f.sdk.chat.completions.create(model="kimi-k3.1-pro", messages=[{"role": "user", "content": "Hi"}])
             return resp.choices[0].message.content or ""
 
         with ThreadPoolExecutor(REQUESTS) as pool:

@@ -32,8 +32,20 @@ async def vllm(body: dict[str, Any], c: Conn, field: str = "reasoning") -> None:
     for piece in ("Let me", " think."):
         await c.event(chunk({field: piece}))
     if body.get("tools"):
-        await c.event(chunk({"tool_calls": [{"id": "chatcmpl-tool-1", "type": "function", "index": 0,
-                                              "function": {"name": "get_weather", "arguments": ""}}]}))
+        await c.event(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "id": "chatcmpl-tool-1",
+                            "type": "function",
+                            "index": 0,
+                            "function": {"name": "get_weather", "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
         for piece in ('{"city": ', '"Paris"}'):
             await c.event(chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
         await c.event(chunk({"content": ""}, "tool_calls", stop_reason=None))
@@ -55,10 +67,29 @@ async def sglang(body: dict[str, Any], c: Conn) -> None:
     for piece in ("Let me", " think."):
         await c.event(chunk({"role": None, "content": None, "reasoning_content": piece}))
     if body.get("tools"):
-        await c.event(chunk({"tool_calls": [{"id": "call_abc", "index": 0, "type": "function",
-                                              "function": {"name": "get_weather", "arguments": ""}}]}))
-        await c.event(chunk({"tool_calls": [{"id": None, "index": 0, "type": "function",
-                                              "function": {"name": None, "arguments": ARGS}}]}))
+        await c.event(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "id": "call_abc",
+                            "index": 0,
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
+        await c.event(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"id": None, "index": 0, "type": "function", "function": {"name": None, "arguments": ARGS}}
+                    ]
+                }
+            )
+        )
         await c.event(chunk({"content": None}, "tool_calls", matched_stop=None))
     else:
         for piece in ("Hello", " there."):
@@ -75,8 +106,20 @@ async def llamacpp(body: dict[str, Any], c: Conn) -> None:
     for piece in ("Let me", " think."):
         await c.event(chunk({"reasoning_content": piece}))
     if body.get("tools"):
-        await c.event(chunk({"tool_calls": [{"index": 0, "id": "kX9", "type": "function",
-                                              "function": {"name": "get_weather", "arguments": ARGS}}]}))
+        await c.event(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "kX9",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": ARGS},
+                        }
+                    ]
+                }
+            )
+        )
         await c.event(chunk({}, "tool_calls"))
     else:
         for piece in ("Hello", " there."):
@@ -95,8 +138,20 @@ async def moonshot(body: dict[str, Any], c: Conn) -> None:
         await c.event(chunk({"reasoning_content": piece}))
     usage = _usage(prompt_tokens_details={"cached_tokens": 8, "cache_write_tokens": 12})
     if body.get("tools"):
-        await c.event(chunk({"tool_calls": [{"index": 0, "id": "get_weather:0", "type": "function",
-                                              "function": {"name": "get_weather", "arguments": ""}}]}))
+        await c.event(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "get_weather:0",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
         await c.event(chunk({"tool_calls": [{"index": 0, "function": {"arguments": ARGS}}]}))
         await c.event(chunk({}, "tool_calls", usage=usage))
     else:
@@ -111,9 +166,11 @@ async def leaky(body: dict[str, Any], c: Conn) -> None:
     at awkward places."""
     await c.head()
     if body.get("tools"):
-        text = ("<think>Let me think.</think>\n\n<|tool_calls_section_begin|><|tool_call_begin|>"
-                'functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}'
-                "<|tool_call_end|><|tool_calls_section_end|>")
+        text = (
+            "<think>Let me think.</think>\n\n<|tool_calls_section_begin|><|tool_call_begin|>"
+            'functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}'
+            "<|tool_call_end|><|tool_calls_section_end|>"
+        )
         finish = "stop"
     else:
         text, finish = "<think>Let me think.</think>\n\nHello there.", "stop"
@@ -132,8 +189,15 @@ DIALECTS = {
     "moonshot": (moonshot, "moonshot"),
     "leaky-kimi-markup": (leaky, "vllm"),
 }
-TOOLS: Any = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOLS: Any = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 MESSAGES: Any = [{"role": "user", "content": "Hi"}]
 
 
@@ -152,11 +216,14 @@ def test_each_dialect_normalises_to_the_same_result(name: str, tmp_path: Path) -
         reasoning_tokens = plain.usage.completion_tokens_details.reasoning_tokens or 0
         assert reasoning_tokens == 2 if name != "leaky-kimi-markup" else 0 < reasoning_tokens < 10
 
-        stream = list(f.sdk.chat.completions.create(
-            model="kimi-k3.1-pro", messages=MESSAGES, max_completion_tokens=50, stream=True
-        ))
-        reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
-                            for c in stream if c.choices)
+        stream = list(
+            f.sdk.chat.completions.create(
+                model="kimi-k3.1-pro", messages=MESSAGES, max_completion_tokens=50, stream=True
+            )
+        )
+        reasoning = "".join(
+            (c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in stream if c.choices
+        )
         content = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert (reasoning, content) == (REASONING, ANSWER)
 
@@ -167,24 +234,27 @@ def test_each_dialect_normalises_to_the_same_result(name: str, tmp_path: Path) -
         assert choice.finish_reason == "tool_calls"
         assert (choice.message.model_extra or {})["reasoning_content"] == REASONING
         [call] = choice.message.tool_calls or []
-        assert call.function.name == "get_weather"  # type: ignore[union-attr]
-        assert json.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
+        assert call.type == "function" and call.function.name == "get_weather"
+        assert json.loads(call.function.arguments) == {"city": "Paris"}
         assert call.id and not (choice.message.content or "").strip()
 
-        resp = f.sdk.responses.create(model="kimi-k3.1-pro", input="Hi", tools=TOOLS and [
-            {"type": "function", "name": "get_weather", "parameters": TOOLS[0]["function"]["parameters"]}
-        ], max_output_tokens=50)
+        resp = f.sdk.responses.create(
+            model="kimi-k3.1-pro",
+            input="Hi",
+            tools=TOOLS
+            and [{"type": "function", "name": "get_weather", "parameters": TOOLS[0]["function"]["parameters"]}],
+            max_output_tokens=50,
+        )
         kinds = [item.type for item in resp.output]
         assert kinds == ["reasoning", "function_call"]
 
 
 def _body_for(dialect: str, tmp_path: Path, model: str = "kimi-k3.1-pro", **caps: Any) -> dict[str, Any]:
-    with FakeUpstream(vllm) as up, front(
-        tmp_path, config(up.url, dialect=dialect, model="served-name", capabilities=caps or {})
-    ) as f:
-        f.sdk.chat.completions.create(
-            model=model, messages=MESSAGES, max_completion_tokens=50, reasoning_effort="high"  # type: ignore[arg-type]
-        )
+    with (
+        FakeUpstream(vllm) as up,
+        front(tmp_path, config(up.url, dialect=dialect, model="served-name", capabilities=caps or {})) as f,
+    ):
+        f.sdk.chat.completions.create(model=model, messages=MESSAGES, max_completion_tokens=50, reasoning_effort="high")
         return up.bodies[0]
 
 
@@ -215,12 +285,18 @@ def test_effort_and_catalogue_rules_are_translated_per_dialect(tmp_path: Path) -
 
 def test_history_carries_reasoning_and_tool_calls(tmp_path: Path) -> None:
     with FakeUpstream(vllm) as up, front(tmp_path, config(up.url, dialect="vllm")) as f:
-        f.sdk.chat.completions.create(model="kimi-k3.1-pro", max_completion_tokens=50, messages=[
+        # reasoning_content is a Kimi field of the assistant turn: the SDK's message types lack it.
+        history: list[Any] = [
             {"role": "user", "content": "Weather?"},
-            {"role": "assistant", "content": None, "reasoning_content": "Look it up.",
-             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning_content": "Look it up.",
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}],
+            },
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
-        ])  # type: ignore[arg-type]
+        ]
+        f.sdk.chat.completions.create(model="kimi-k3.1-pro", max_completion_tokens=50, messages=history)
         sent = up.bodies[0]["messages"]
     assert sent[1]["reasoning_content"] == "Look it up."
     assert sent[1]["tool_calls"][0]["function"] == {"name": "w", "arguments": "{}"}
@@ -230,17 +306,19 @@ def test_history_carries_reasoning_and_tool_calls(tmp_path: Path) -> None:
 def test_missing_capabilities_are_a_clean_400(tmp_path: Path) -> None:
     caps = {"tools": False, "json_schema": False, "vision": False}
     with FakeUpstream(vllm) as up, front(tmp_path, config(up.url, dialect="vllm", capabilities=caps)) as f:
-        r = f.http.post("/v1/chat/completions", json={
-            "model": "kimi-k3.1-pro", "messages": MESSAGES, "tools": TOOLS})
+        r = f.http.post("/v1/chat/completions", json={"model": "kimi-k3.1-pro", "messages": MESSAGES, "tools": TOOLS})
         assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
         assert "tool support" in r.json()["error"]["message"]
         fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
-        r = f.http.post("/v1/chat/completions", json={
-            "model": "kimi-k3.1-pro", "messages": MESSAGES, "response_format": fmt})
+        r = f.http.post(
+            "/v1/chat/completions", json={"model": "kimi-k3.1-pro", "messages": MESSAGES, "response_format": fmt}
+        )
         assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
         picture = {"type": "image_url", "image_url": {"url": data_url("image/png", image("PNG"))}}
-        r = f.http.post("/v1/chat/completions", json={
-            "model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": [picture]}]})
+        r = f.http.post(
+            "/v1/chat/completions",
+            json={"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": [picture]}]},
+        )
         assert r.status_code == 400 and "cannot see images" in r.json()["error"]["message"]
         assert up.bodies == []  # nothing left for the upstream
 
@@ -257,12 +335,17 @@ MEDIA = [
 def test_vision_route_sends_media_intact(tmp_path: Path, part: str, mime: str, make: Any) -> None:
     """Checked media reach a vision-capable upstream byte for byte, in the part they came in."""
     url = data_url(mime, make())
-    with FakeUpstream(vllm) as up, front(
-        tmp_path, config(up.url, dialect="vllm", capabilities={"vision": True})
-    ) as f:
-        r = f.http.post("/v1/chat/completions", json={"model": "kimi-k3.1-pro", "max_tokens": 50, "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "What?"},
-                                         {"type": part, part: {"url": url}}]}]})
+    with FakeUpstream(vllm) as up, front(tmp_path, config(up.url, dialect="vllm", capabilities={"vision": True})) as f:
+        r = f.http.post(
+            "/v1/chat/completions",
+            json={
+                "model": "kimi-k3.1-pro",
+                "max_tokens": 50,
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "What?"}, {"type": part, part: {"url": url}}]}
+                ],
+            },
+        )
         assert r.status_code == 200, r.text
         parts = up.bodies[0]["messages"][0]["content"]
     assert parts == [{"type": "text", "text": "What?"}, {"type": part, part: {"url": url}}]
@@ -271,16 +354,26 @@ def test_vision_route_sends_media_intact(tmp_path: Path, part: str, mime: str, m
 async def ignores_stream(body: dict[str, Any], c: Conn) -> None:
     """An OpenAI-compatible server that answers stream=true with one whole JSON completion."""
     message: dict[str, Any] = {"role": "assistant", "content": ANSWER, "reasoning_content": REASONING}
-    await c.json(200, {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
-                       "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                       "usage": _usage()})
+    await c.json(
+        200,
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": _usage(),
+        },
+    )
 
 
 def test_an_upstream_that_ignores_stream_still_streams_to_the_client(tmp_path: Path) -> None:
     with FakeUpstream(ignores_stream) as up, front(tmp_path, config(up.url, dialect="openai")) as f:
-        stream = list(f.sdk.chat.completions.create(
-            model="kimi-k3.1-pro", messages=MESSAGES, max_completion_tokens=50, stream=True
-        ))
+        stream = list(
+            f.sdk.chat.completions.create(
+                model="kimi-k3.1-pro", messages=MESSAGES, max_completion_tokens=50, stream=True
+            )
+        )
         content = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert content == ANSWER
         assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "stop"
@@ -290,8 +383,20 @@ async def searching(body: dict[str, Any], c: Conn) -> None:
     """An engine that asks for a web search by calling the tool it was given."""
     await c.head()
     await c.event(chunk({"role": "assistant", "content": ""}))
-    await c.event(chunk({"tool_calls": [{"id": "call-ws", "type": "function", "index": 0,
-                                          "function": {"name": "$web_search", "arguments": '{"query": "x"}'}}]}))
+    await c.event(
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "id": "call-ws",
+                        "type": "function",
+                        "index": 0,
+                        "function": {"name": "$web_search", "arguments": '{"query": "x"}'},
+                    }
+                ]
+            }
+        )
+    )
     await c.event(chunk({}, "tool_calls"))
     await c.event({**chunk({}), "choices": [], "usage": _usage()})
     await c.done()
@@ -300,8 +405,10 @@ async def searching(body: dict[str, Any], c: Conn) -> None:
 @pytest.mark.parametrize("dialect", ["vllm", "moonshot"])
 def test_web_search_reaches_an_upstream_and_comes_back_as_a_builtin_call(tmp_path: Path, dialect: str) -> None:
     with FakeUpstream(searching) as up, front(tmp_path, config(up.url, dialect=dialect)) as f:
-        r = f.http.post("/v1/chat/completions", json={
-            "model": "kimi-k3.1-pro", "messages": MESSAGES, "tools": [{"type": "web_search"}]})
+        r = f.http.post(
+            "/v1/chat/completions",
+            json={"model": "kimi-k3.1-pro", "messages": MESSAGES, "tools": [{"type": "web_search"}]},
+        )
         assert r.status_code == 200, r.text
         [call] = r.json()["choices"][0]["message"]["tool_calls"]
         sent = up.bodies[0]["tools"]

@@ -13,7 +13,7 @@ from tests.conftest import start_server, stop_server
 from tests.upstreams.fake import Conn, FakeUpstream
 from tests.upstreams.front import config, front
 
-BODY = {"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 50}
+BODY: dict[str, Any] = {"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 50}
 
 
 def refusal(status: int, retry_after: str) -> Any:
@@ -30,9 +30,10 @@ def refusal(status: int, retry_after: str) -> Any:
 def test_upstream_retry_after_reaches_the_client_bounded(
     tmp_path: Path, status: int, sent: str, bound: float, heard: str
 ) -> None:
-    with FakeUpstream(refusal(status, sent)) as up, front(
-        tmp_path, config(up.url, retries=0, max_retry_after=bound)
-    ) as f:
+    with (
+        FakeUpstream(refusal(status, sent)) as up,
+        front(tmp_path, config(up.url, retries=0, max_retry_after=bound)) as f,
+    ):
         with pytest.raises(openai.APIStatusError) as caught:
             f.sdk.chat.completions.create(**BODY)
         assert caught.value.status_code == status
@@ -40,6 +41,7 @@ def test_upstream_retry_after_reaches_the_client_bounded(
         assert len(up.bodies) == 1
 
 
+@pytest.mark.e2e
 def test_upstream_urls_hosts_and_paths_reach_neither_client_nor_log(tmp_path: Path) -> None:
     """Through the real server: the upstream's 400 names its own URL with a secret path, another
     address and a file path; the client still learns what was wrong, and nothing else."""

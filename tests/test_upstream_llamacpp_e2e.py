@@ -10,14 +10,16 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
+from openai.types.responses import ResponseCompletedEvent
 
 from tests.conftest import LiveServer, start_server, stop_server
 from tests.upstreams.fixtures import llamacpp_server
 
 pytestmark = pytest.mark.e2e
 
-PROMPT = [{"role": "user", "content": "Say hello."}]
-WEATHER = {
+PROMPT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
+WEATHER: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -60,7 +62,7 @@ def test_models_lists_what_the_upstream_serves(front: LiveServer) -> None:
 
 def test_chat_plain_and_streamed(front: LiveServer) -> None:
     client = sdk(front)
-    resp = client.chat.completions.create(model="kimi-k3.1-pro", messages=PROMPT, max_completion_tokens=8)  # type: ignore[arg-type]
+    resp = client.chat.completions.create(model="kimi-k3.1-pro", messages=PROMPT, max_completion_tokens=8)
     assert resp.model == "kimi-k3.1-pro"
     assert resp.choices[0].message.content
     assert resp.choices[0].finish_reason in ("stop", "length")
@@ -68,7 +70,10 @@ def test_chat_plain_and_streamed(front: LiveServer) -> None:
     assert 0 < resp.usage.completion_tokens <= 8
 
     stream = client.chat.completions.create(
-        model="kimi-k3.1-pro", messages=PROMPT, max_completion_tokens=8, stream=True,  # type: ignore[arg-type]
+        model="kimi-k3.1-pro",
+        messages=PROMPT,
+        max_completion_tokens=8,
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -81,17 +86,15 @@ def test_chat_plain_and_streamed(front: LiveServer) -> None:
 
 def test_catalogue_rules_are_enforced_before_the_request_leaves(front: LiveServer) -> None:
     with pytest.raises(openai.BadRequestError) as info:
-        sdk(front).chat.completions.create(
-            model="kimi-k3", messages=PROMPT, temperature=0.3, max_completion_tokens=8  # type: ignore[arg-type]
-        )
-    assert info.value.body["param"] == "temperature"  # type: ignore[index]
+        sdk(front).chat.completions.create(model="kimi-k3", messages=PROMPT, temperature=0.3, max_completion_tokens=8)
+    assert isinstance(info.value.body, dict) and info.value.body["param"] == "temperature"
 
 
 def test_chat_with_tools_round_trips(front: LiveServer) -> None:
     resp = sdk(front).chat.completions.create(
         model="kimi-k3.1-pro",
         messages=[{"role": "user", "content": "What is the weather in Paris?"}],
-        tools=[WEATHER],  # type: ignore[list-item]
+        tools=[WEATHER],
         max_completion_tokens=24,
     )
     choice = resp.choices[0]
@@ -99,7 +102,8 @@ def test_chat_with_tools_round_trips(front: LiveServer) -> None:
     # answer has the contract's shape and its finish reason agrees with it.
     if choice.message.tool_calls:
         assert choice.finish_reason == "tool_calls"
-        assert choice.message.tool_calls[0].function.name == "get_weather"  # type: ignore[union-attr]
+        call = choice.message.tool_calls[0]
+        assert call.type == "function" and call.function.name == "get_weather"
     else:
         assert choice.finish_reason in ("stop", "length")
         assert choice.message.content
@@ -133,12 +137,13 @@ def test_responses_plain_and_streamed_with_schema(front: LiveServer) -> None:
     )
     types = [e.type for e in events]
     assert types[0] == "response.created" and types[-1] == "response.completed"
-    final = events[-1].response  # type: ignore[union-attr]
+    assert isinstance(events[-1], ResponseCompletedEvent)
+    final = events[-1].response
     assert isinstance(json.loads(final.output_text)["n"], int)
 
 
 def test_responses_with_tools(front: LiveServer) -> None:
-    tool: Any = {"type": "function", **WEATHER["function"]}  # type: ignore[dict-item]
+    tool: Any = {"type": "function", **WEATHER["function"]}
     resp = sdk(front).responses.create(
         model="kimi-k3.1-pro", input="What is the weather in Paris?", tools=[tool], max_output_tokens=24
     )

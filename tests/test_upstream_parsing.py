@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kimi_server.engines.types import ContentDelta, ReasoningDelta, ToolCallDelta
+from kimi_server.engines.types import ContentDelta, Finish, ReasoningDelta, ToolCallDelta
 from kimi_server.engines.upstream.markup import KimiToolMarkup, ThinkSplitter
 from kimi_server.engines.upstream.normalise import Normaliser
 from kimi_server.engines.upstream.sse import SSEParser
@@ -28,8 +28,18 @@ def test_sse_parser_handles_crlf_multiline_comments_and_any_split() -> None:
 def test_sse_parser_one_event_per_read_matches_byte_by_byte() -> None:
     """A read holding exactly one event takes a shortcut; what comes out is what the same bytes
     give one at a time, including the shapes the shortcut must not take."""
-    reads = [b"data: {}\n\n", b"data: x\r\n\n", b"data: a\ndata: b\n\n", b"data: \n\n", b"data:y\n\n",
-             b"data: z\r\n\r\n", b"data: half", b" done\n\n", b": ping\n\n", b"data: [DONE]\n\n"]
+    reads = [
+        b"data: {}\n\n",
+        b"data: x\r\n\n",
+        b"data: a\ndata: b\n\n",
+        b"data: \n\n",
+        b"data:y\n\n",
+        b"data: z\r\n\r\n",
+        b"data: half",
+        b" done\n\n",
+        b": ping\n\n",
+        b"data: [DONE]\n\n",
+    ]
     whole, single = SSEParser(), SSEParser()
     by_read = [out for read in reads for out in whole.feed(read)]
     by_byte = [out for read in reads for i in range(len(read)) for out in single.feed(read[i : i + 1])]
@@ -51,9 +61,11 @@ def test_think_tags_split_at_every_byte() -> None:
 
 
 def test_kimi_markup_split_at_every_byte_keeps_text_and_calls() -> None:
-    text = ("Checking. <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
-            '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_call_begin|>'
-            'functions.get_time:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>')
+    text = (
+        "Checking. <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_call_begin|>'
+        "functions.get_time:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"
+    )
     markup = KimiToolMarkup()
     content, calls = "", []
     for ch in text:
@@ -63,24 +75,40 @@ def test_kimi_markup_split_at_every_byte_keeps_text_and_calls() -> None:
     content += markup.flush()
     assert content == "Checking. "
     assert [(c.index, c.name, c.arguments) for c in calls] == [
-        (0, "get_weather", '{"city": "Paris"}'), (1, "get_time", "{}")]
+        (0, "get_weather", '{"city": "Paris"}'),
+        (1, "get_time", "{}"),
+    ]
     assert all(c.id and c.id.startswith("call_") for c in calls)
 
 
 def test_normaliser_mixes_native_deltas_and_a_whole_completion() -> None:
     n = Normaliser(report_cache=True, separate_writes=True)
-    events = n.feed({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "reasoning_content": "Hm.", "content": "",
-        "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 6}}})
+    events = n.feed(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "reasoning_content": "Hm.",
+                        "content": "",
+                        "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 6}},
+        }
+    )
     finish = n.finish()[-1]
     assert events == [ReasoningDelta("Hm."), ToolCallDelta(0, "a", "f", "{}")]
-    assert finish.reason == "tool_calls"  # type: ignore[union-attr]
-    usage = finish.usage  # type: ignore[union-attr]
+    assert isinstance(finish, Finish) and finish.reason == "tool_calls"
+    usage = finish.usage
     assert (usage.prompt_tokens, usage.cached_tokens, usage.cache_write_tokens) == (10, 6, 4)
     plain = Normaliser(report_cache=False, separate_writes=True)
     plain.feed({"choices": [{"delta": {"content": "x"}}]})
-    assert plain.finish()[-1].usage.cached_tokens == 0  # type: ignore[union-attr]
+    last = plain.finish()[-1]
+    assert isinstance(last, Finish) and last.usage.cached_tokens == 0
     assert ContentDelta("x") not in plain.finish()  # nothing is emitted twice
 
 
@@ -104,10 +132,19 @@ def test_normaliser_plain_text_shortcut_matches_the_general_path() -> None:
     the same as the splitters give: text with '<', a tool-call section (text inside it dropped),
     a tag held back in part while the next piece has no '<', thinking tags after plain text."""
     texts = [
-        "Hello", " there", " a < b", "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0",
-        "<|tool_call_argument_begin|>{}<|tool_call_end|>", "dropped in the section", "<|tool_calls_section_end|>",
-        " after <|to", "ol_call_begin|>functions.g:1", "<|tool_call_argument_begin|>{}<|tool_call_end|>",
-        "<|tool_calls_section_end|> tail", " ◁think▷ plain", " <think>not a tag now</think>",
+        "Hello",
+        " there",
+        " a < b",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0",
+        "<|tool_call_argument_begin|>{}<|tool_call_end|>",
+        "dropped in the section",
+        "<|tool_calls_section_end|>",
+        " after <|to",
+        "ol_call_begin|>functions.g:1",
+        "<|tool_call_argument_begin|>{}<|tool_call_end|>",
+        "<|tool_calls_section_end|> tail",
+        " ◁think▷ plain",
+        " <think>not a tag now</think>",
     ]
     stream = [{"choices": [{"index": 0, "delta": {"content": t}}]} for t in texts]
 
@@ -119,8 +156,10 @@ def test_normaliser_plain_text_shortcut_matches_the_general_path() -> None:
         for chunk in stream:
             out += normaliser.feed(chunk)
         out += normaliser.finish()
-        return [(type(e).__name__, getattr(e, "text", None), getattr(e, "name", None), getattr(e, "arguments", None))
-                for e in out]
+        return [
+            (type(e).__name__, getattr(e, "text", None), getattr(e, "name", None), getattr(e, "arguments", None))
+            for e in out
+        ]
 
     assert run(True) == run(False)
     assert ("ToolCallDelta", None, "g", "{}") in run(True)

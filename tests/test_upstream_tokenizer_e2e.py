@@ -57,8 +57,10 @@ def engine_and_server_counts(url: str, body: dict[str, Any]) -> tuple[dict[str, 
     "messages",
     [
         [{"role": "user", "content": "Say hello."}],
-        [{"role": "system", "content": "Be brief."},
-         {"role": "user", "content": "a\nb\r\nc\n" * 40 + "Name a colour."}],
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "a\nb\r\nc\n" * 40 + "Name a colour."},
+        ],
         [{"role": "user", "content": "Naïve café, 東京, emoji 🤗: 3.14159"}],
     ],
 )

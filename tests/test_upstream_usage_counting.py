@@ -13,7 +13,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,22 +22,19 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from openai import OpenAI
+from openai.types.chat import ChatCompletionMessageParam
 
 from kimi_server.engines.upstream.counting import Transcript, estimate_counts
 from kimi_server.engines.upstream.engine import UpstreamEngine
 from kimi_server.engines.upstream.relay import Upstream
-from kimi_server.gate.auth import KeyRing
 from kimi_server.gate.limits import LocalLimiter
-from kimi_server.http.app import create_app
-from kimi_server.policy.catalogue import CATALOGUE
-from kimi_server.serving.common import EngineSet
-from kimi_server.settings import Settings
+from tests.conftest import build_app
 from tests.gateway_util import ADMIN_KEY, STATIC_KEY, serve
 from tests.upstreams.fake import Conn, FakeUpstream, chunk
 from tests.upstreams.front import config
 
 MODEL = "kimi-k3.1-pro"
-MESSAGES = [
+MESSAGES: list[ChatCompletionMessageParam] = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Count these five words please"},
 ]
@@ -51,7 +48,7 @@ def fake_tokens(text: str) -> int:
     return len(text.split())
 
 
-def rendered(messages: list[dict[str, Any]]) -> str:
+def rendered(messages: Sequence[Mapping[str, Any]]) -> str:
     """The fake upstream's chat template."""
     return " ".join(f"<|{m['role']}|> {m['content']}" for m in messages) + " <|assistant|>"
 
@@ -102,8 +99,7 @@ EXPECTED_COMPLETION = fake_tokens("".join(ANSWER)) + EXPECTED_REASONING + 1  # 1
 
 def app_for(tmp: Path, up: FakeUpstream, dialect: str) -> FastAPI:
     engine = UpstreamEngine([Upstream(config(up.url, dialect=dialect))])
-    settings = Settings(api_keys=[STATIC_KEY], data_dir=tmp / "data", admin_key=ADMIN_KEY)
-    return create_app(settings, EngineSet({spec.id: engine for spec in CATALOGUE}), KeyRing([STATIC_KEY]))
+    return build_app(tmp / "data", engine, keys=[STATIC_KEY], admin_key=ADMIN_KEY)
 
 
 @contextmanager
@@ -121,16 +117,17 @@ def ledger(tmp: Path) -> dict[str, dict[str, Any]]:
 
 def sent_usage(sdk: OpenAI, stream: bool) -> tuple[str, dict[str, int]]:
     if stream:
-        raw = sdk.chat.completions.with_raw_response.create(  # type: ignore[call-overload]
+        streamed = sdk.chat.completions.with_raw_response.create(
             model=MODEL, messages=MESSAGES, stream=True, stream_options={"include_usage": True}
         )
-        chunks = list(raw.parse())
-        usage = chunks[-1].usage
+        request_id = streamed.headers["x-request-id"]
+        usage = list(streamed.parse())[-1].usage
     else:
-        raw = sdk.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES)  # type: ignore[arg-type]
-        usage = raw.parse().usage
+        whole = sdk.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES)
+        request_id = whole.headers["x-request-id"]
+        usage = whole.parse().usage
     assert usage is not None and usage.completion_tokens_details is not None
-    return raw.headers["x-request-id"], {
+    return request_id, {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "reasoning_tokens": usage.completion_tokens_details.reasoning_tokens or 0,
@@ -146,13 +143,24 @@ def test_usage_missing_is_counted_with_the_upstreams_tokenizer(tmp_path: Path, d
     rows = ledger(tmp_path)
     assert set(rows) == set(sent)
     for request_id, usage in sent.items():
-        assert usage == {"prompt_tokens": EXPECTED_PROMPT, "completion_tokens": EXPECTED_COMPLETION,
-                         "reasoning_tokens": EXPECTED_REASONING}
+        assert usage == {
+            "prompt_tokens": EXPECTED_PROMPT,
+            "completion_tokens": EXPECTED_COMPLETION,
+            "reasoning_tokens": EXPECTED_REASONING,
+        }
         row = rows[request_id]
         assert {k: row[k] for k in usage} == usage  # the ledger bills what the client was told
         assert row["usage_source"] == "server_count"
-    assert totals == [{**totals[0], "model": MODEL, "requests": 2, "server_counted_requests": 2,
-                       "server_estimated_requests": 0, "prompt_tokens": 2 * EXPECTED_PROMPT}]
+    assert totals == [
+        {
+            **totals[0],
+            "model": MODEL,
+            "requests": 2,
+            "server_counted_requests": 2,
+            "server_estimated_requests": 0,
+            "prompt_tokens": 2 * EXPECTED_PROMPT,
+        }
+    ]
     # The prompt was counted as the upstream renders it: its chat messages, not our guess.
     chat = [body for path, body in up.routed if "messages" in body]
     assert len(chat) == 2 and all(body["messages"] == MESSAGES for body in chat)
@@ -187,7 +195,10 @@ def test_without_a_tokenizer_the_counts_are_a_marked_local_estimate(tmp_path: Pa
     listed = subprocess.run(
         [sys.executable, "-m", "kimi_server.cli", "usage", "--json"],
         env={**os.environ, "KIMI_DATA_DIR": str(tmp_path / "openai" / "data")},
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     [total] = json.loads(listed.stdout)
     assert total["server_estimated_requests"] == 2 and total["server_counted_requests"] == 0

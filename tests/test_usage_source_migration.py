@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, text
@@ -16,10 +17,23 @@ from kimi_server.store.db import MIGRATIONS, Database
 from tests.gateway_util import postgres_database
 
 ROW = {
-    "request_id": "req_old", "client_request_id": None, "key_id": "key_a", "model": "kimi-k3", "endpoint": "chat",
-    "status": "completed", "prompt_tokens": 12, "cached_tokens": 0, "cache_write_tokens": 0, "cache_ttl": "5m",
-    "reasoning_tokens": 2, "completion_tokens": 4, "web_search_calls": 0, "cost_nanos": 7, "ttft_ms": 1.5,
-    "duration_ms": 3.0, "created_at": datetime(2026, 11, 1, 10, tzinfo=UTC),
+    "request_id": "req_old",
+    "client_request_id": None,
+    "key_id": "key_a",
+    "model": "kimi-k3",
+    "endpoint": "chat",
+    "status": "completed",
+    "prompt_tokens": 12,
+    "cached_tokens": 0,
+    "cache_write_tokens": 0,
+    "cache_ttl": "5m",
+    "reasoning_tokens": 2,
+    "completion_tokens": 4,
+    "web_search_calls": 0,
+    "cost_nanos": 7,
+    "ttft_ms": 1.5,
+    "duration_ms": 3.0,
+    "created_at": datetime(2026, 11, 1, 10, tzinfo=UTC),
 }
 
 
@@ -52,6 +66,7 @@ def test_sqlite_upgrade_keeps_rows(tmp_path: Path) -> None:
     upgrade_keeps_old_rows(lambda: Database.from_settings(None, tmp_path))
 
 
+@pytest.mark.integration
 def test_postgres_upgrade_keeps_rows() -> None:
     with postgres_database() as url:
         upgrade_keeps_old_rows(lambda: Database.from_settings(url, Path(".")))

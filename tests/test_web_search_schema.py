@@ -14,15 +14,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
+from kimi_server.engines.llamacpp.template import ChatTemplate
 from kimi_server.engines.scripted import Script, ScriptedEngine
 from kimi_server.engines.types import GenerationRequest, ToolCallDelta
-from kimi_server.gate.auth import KeyRing
-from kimi_server.http.app import create_app
-from kimi_server.policy.catalogue import CATALOGUE
 from kimi_server.search.local_index import LocalIndex
-from kimi_server.serving.common import EngineSet
-from kimi_server.settings import Settings
-from tests.conftest import TEST_KEY
+from tests.conftest import DEFAULT_MODEL, ScriptedApp, model_path
 from tests.responses_util import parse_sse, weather_tool
 from tests.test_responses_schema import OPEN, OPENAI, check, event_schemas
 
@@ -77,13 +74,6 @@ def index(tmp_path: Path) -> LocalIndex:
     return idx
 
 
-def make_client(engine: ScriptedEngine, tmp_path: Path, **settings: Any) -> TestClient:
-    engines = EngineSet({spec.id: engine for spec in CATALOGUE})
-    s = Settings(api_keys=[TEST_KEY], data_dir=tmp_path / "data", **settings)
-    app = create_app(s, engines, KeyRing([TEST_KEY]))
-    return TestClient(app, headers={"Authorization": f"Bearer {TEST_KEY}"}, raise_server_exceptions=False)
-
-
 def searching_engine(always: bool = False) -> ScriptedEngine:
     """Searches first; answers once the conversation ends in a tool result (unless ``always``)."""
     engine = ScriptedEngine()
@@ -103,8 +93,8 @@ def engine() -> ScriptedEngine:
 
 
 @pytest.fixture
-def client(engine: ScriptedEngine, tmp_path: Path, index: LocalIndex) -> Iterator[TestClient]:
-    with make_client(engine, tmp_path, web_search_index=index.path) as c:
+def client(engine: ScriptedEngine, scripted_app: ScriptedApp, index: LocalIndex) -> Iterator[TestClient]:
+    with scripted_app(engine, web_search_index=index.path) as c:
         yield c
 
 
@@ -133,10 +123,41 @@ def test_chat_loop_runs_the_search_server_side(client: TestClient, engine: Scrip
     assert second.json()["choices"][0]["message"]["content"] == "Hello there."
 
 
+def test_the_search_result_reaches_the_default_models_prompt(client: TestClient, engine: ScriptedEngine) -> None:
+    """After a search the indexed text is what the model reads: inside the tool-response turn of
+    the default model's own chat template, right before the answer's opening. (How well the model
+    answers from it is answer quality: benchmarks/answer_quality.py measures that, no test.)"""
+    user = {"role": "user", "content": "Search: what colour is the Zorblax lighthouse?"}
+    call = {"id": "call_ws1", "type": "builtin_function", "function": {"name": "$web_search", "arguments": SEARCH_ARGS}}
+    assistant = {"role": "assistant", "content": None, "tool_calls": [call]}
+    echo = {"role": "tool", "tool_call_id": "call_ws1", "content": SEARCH_ARGS}
+    assert client.post(CHAT, json=chat_body([user, assistant, echo])).status_code == 200
+    seen = engine.requests[-1]
+    path = model_path(DEFAULT_MODEL)
+    assert path.exists(), f"{path.name} is not pulled (scripts/test pulls it)"
+    info = read_gguf_info(path)
+    template = ChatTemplate(info.chat_template, bos_token=info.bos_token, eos_token=info.eos_token)
+    prompt = template.render(seen.messages, tools=seen.tools)
+    before, _, result = prompt.rpartition("<tool_response>")
+    result, _, after = result.partition("</tool_response>")
+    assert "zorblax" in before.lower()  # the question and the call come first
+    assert "painted teal" in result and "zorblax.md" in result
+    assert after.rstrip().endswith("<|im_start|>assistant"), after
+
+
 def test_chat_search_streams_and_mixes_with_functions(client: TestClient, engine: ScriptedEngine) -> None:
     user = {"role": "user", "content": "Search the web."}
-    r = client.post(CHAT, json=chat_body([user], stream=True, tools=[{"type": "web_search"}, {
-        "type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]))
+    r = client.post(
+        CHAT,
+        json=chat_body(
+            [user],
+            stream=True,
+            tools=[
+                {"type": "web_search"},
+                {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+            ],
+        ),
+    )
     assert r.status_code == 200
     chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
     calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks if c["choices"][0]["delta"].get("tool_calls")]
@@ -145,9 +166,9 @@ def test_chat_search_streams_and_mixes_with_functions(client: TestClient, engine
     assert kinds == ["function", "web_search"] or kinds == ["web_search", "function"]
 
 
-def test_chat_web_search_errors(engine: ScriptedEngine, tmp_path: Path, client: TestClient) -> None:
+def test_chat_web_search_errors(engine: ScriptedEngine, scripted_app: ScriptedApp, client: TestClient) -> None:
     user = {"role": "user", "content": "Hi"}
-    with make_client(engine, tmp_path, web_search_provider="none") as off:
+    with scripted_app(engine, web_search_provider="none") as off:
         r = off.post(CHAT, json=chat_body([user]))
         assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0]"
         assert "not enabled" in r.json()["error"]["message"]
@@ -156,8 +177,13 @@ def test_chat_web_search_errors(engine: ScriptedEngine, tmp_path: Path, client: 
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].function.name"
     ok_name = {"type": "builtin_function", "function": {"name": "$web_search"}}
     assert client.post(CHAT, json=chat_body([user], tools=[ok_name])).status_code == 200
-    assistant = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "builtin_function", "function": {"name": "$web_search", "arguments": "{}"}}]}
+    assistant = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "builtin_function", "function": {"name": "$web_search", "arguments": "{}"}}
+        ],
+    }
     echo = {"role": "tool", "tool_call_id": "c1", "content": "not json"}
     r = client.post(CHAT, json=chat_body([user, assistant, echo]))
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages[2].content"
@@ -167,8 +193,13 @@ def test_chat_web_search_errors(engine: ScriptedEngine, tmp_path: Path, client: 
 
 
 def responses_body(**kw: Any) -> dict[str, Any]:
-    return {"model": "kimi-k3.1-pro", "reasoning": {"effort": "low"}, "input": "Search it.",
-            "tools": [{"type": "web_search"}], **kw}
+    return {
+        "model": "kimi-k3.1-pro",
+        "reasoning": {"effort": "low"},
+        "input": "Search it.",
+        "tools": [{"type": "web_search"}],
+        **kw,
+    }
 
 
 INCLUDE = ["web_search_call.action.sources", "web_search_call.results"]
@@ -194,17 +225,20 @@ def test_responses_items_and_events_validate(client: TestClient, include: list[s
         check_search_event(e)
     types = [e["type"] for e in events]
     assert types[:6] == [
-        "response.created", "response.in_progress", "response.output_item.added",
-        "response.web_search_call.in_progress", "response.web_search_call.searching",
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.web_search_call.in_progress",
+        "response.web_search_call.searching",
         "response.web_search_call.completed",
     ]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[-1]["response"]["output"][0]["type"] == "web_search_call"
 
 
-def test_responses_search_budget_withdraws_the_tool(tmp_path: Path, index: LocalIndex) -> None:
+def test_responses_search_budget_withdraws_the_tool(scripted_app: ScriptedApp, index: LocalIndex) -> None:
     engine = searching_engine(always=True)
-    with make_client(engine, tmp_path, web_search_index=index.path, web_search_max_calls=2) as c:
+    with scripted_app(engine, web_search_index=index.path, web_search_max_calls=2) as c:
         data = c.post("/v1/responses", json=responses_body()).json()
     assert [o["type"] for o in data["output"]] == ["web_search_call"] * 2 + ["reasoning", "message"]
     assert len(engine.requests) == 3
@@ -221,11 +255,12 @@ def test_responses_search_beside_a_function_call(client: TestClient, engine: Scr
     assert [o["type"] for o in data["output"]] == ["web_search_call", "reasoning", "function_call"]
 
 
-def test_failed_search_is_a_result_not_an_error(tmp_path: Path) -> None:
+def test_failed_search_is_a_result_not_an_error(scripted_app: ScriptedApp) -> None:
     engine = searching_engine()
     # A SearXNG URL nothing listens on: the search fails, the response still completes.
-    with make_client(engine, tmp_path, web_search_provider="searxng",
-                     web_search_url="http://127.0.0.1:9", web_search_timeout_s=2) as c:
+    with scripted_app(
+        engine, web_search_provider="searxng", web_search_url="http://127.0.0.1:9", web_search_timeout_s=2
+    ) as c:
         data = c.post("/v1/responses", json=responses_body()).json()
     assert data["status"] == "completed"
     assert data["output"][0]["status"] == "failed"
@@ -234,8 +269,8 @@ def test_failed_search_is_a_result_not_an_error(tmp_path: Path) -> None:
     check_search_response(data)
 
 
-def test_responses_refused_without_provider(engine: ScriptedEngine, tmp_path: Path) -> None:
-    with make_client(engine, tmp_path, web_search_provider="none") as c:
+def test_responses_refused_without_provider(engine: ScriptedEngine, scripted_app: ScriptedApp) -> None:
+    with scripted_app(engine, web_search_provider="none") as c:
         r = c.post("/v1/responses", json=responses_body())
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0]"
 
@@ -261,20 +296,28 @@ def _ledger(tmp_path: Path) -> list[dict[str, Any]]:
         return [dict(r) for r in db.execute("SELECT * FROM usage ORDER BY created_at")]
 
 
-def test_searches_are_billed_with_the_request_that_ran_them(tmp_path: Path, index: LocalIndex) -> None:
+def test_searches_are_billed_with_the_request_that_ran_them(
+    tmp_path: Path, scripted_app: ScriptedApp, index: LocalIndex
+) -> None:
     """Chat: the request whose tool message the server answers pays for the search (a cached
     repeat pays nothing). Responses: the search rounds of one request make one row."""
     engine = searching_engine()
-    with make_client(engine, tmp_path, web_search_index=index.path) as c:
+    with scripted_app(engine, web_search_index=index.path) as c:
         user = {"role": "user", "content": "Search"}
-        assistant = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "builtin_function", "function": {"name": "$web_search", "arguments": SEARCH_ARGS}}]}
+        assistant = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "builtin_function", "function": {"name": "$web_search", "arguments": SEARCH_ARGS}}
+            ],
+        }
         echo = {"role": "tool", "tool_call_id": "c1", "content": SEARCH_ARGS}
         for _ in range(2):
             assert c.post(CHAT, json=chat_body([user, assistant, echo])).status_code == 200
-    with make_client(searching_engine(), tmp_path, web_search_index=index.path) as c:  # a cold search cache
-        r = c.post("/v1/responses", json={"model": "kimi-k3.1-pro", "input": "Look it up",
-                                          "tools": [{"type": "web_search"}]})
+    with scripted_app(searching_engine(), web_search_index=index.path) as c:  # a cold search cache
+        r = c.post(
+            "/v1/responses", json={"model": "kimi-k3.1-pro", "input": "Look it up", "tools": [{"type": "web_search"}]}
+        )
         assert r.status_code == 200, r.text
         usage = r.json()["usage"]
     rows = _ledger(tmp_path)
@@ -286,9 +329,9 @@ def test_searches_are_billed_with_the_request_that_ran_them(tmp_path: Path, inde
     assert len({row["request_id"] for row in rows}) == len(rows) == 3
 
 
-def test_output_budget_spans_every_round(tmp_path: Path, index: LocalIndex) -> None:
+def test_output_budget_spans_every_round(scripted_app: ScriptedApp, index: LocalIndex) -> None:
     engine = searching_engine(always=True)
-    with make_client(engine, tmp_path, web_search_index=index.path, web_search_max_calls=2) as c:
+    with scripted_app(engine, web_search_index=index.path, web_search_max_calls=2) as c:
         c.post("/v1/responses", json=responses_body(max_output_tokens=20))
     budgets = [r.max_output_tokens for r in engine.requests]
     assert budgets[0] == 20 and budgets[1] < 20 and budgets[2] < budgets[1]

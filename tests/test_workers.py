@@ -104,11 +104,14 @@ def post(conn: http.client.HTTPConnection, path: str, body: str | None, key: str
     return resp.status, resp.read()
 
 
+@pytest.mark.e2e
 def test_two_workers_share_limits_ledger_and_metrics(tmp_path: Path) -> None:
     env = {"KIMI_ADMIN_KEY": ADMIN, "KIMI_LOG_LEVEL": "warning"}
     made = subprocess.run(
         [sys.executable, "-m", "kimi_server.cli", "keys", "create", "--name", "shared", "--rpm", str(RPM)],
-        env={**os.environ, **env, "KIMI_DATA_DIR": str(tmp_path / "data")}, capture_output=True, text=True,
+        env={**os.environ, **env, "KIMI_DATA_DIR": str(tmp_path / "data")},
+        capture_output=True,
+        text=True,
         check=True,
     )
     key = made.stdout.strip().splitlines()[-1]
@@ -143,7 +146,9 @@ def test_workers_above_one_refused_with_the_embedded_engine(tmp_path: Path) -> N
     done = subprocess.run(
         [sys.executable, "-m", "kimi_server.cli", "serve", "--model", "smollm2-135m", "--workers", "2"],
         env={**os.environ, "KIMI_DATA_DIR": str(tmp_path / "data"), "KIMI_AUTO_PULL": "false"},
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 1
     assert "--workers above 1 needs every model relayed to upstreams" in done.stderr
@@ -157,5 +162,5 @@ def test_default_workers_one_per_core_for_upstreams_one_for_the_embedded_engine(
     relayed = Settings(upstream="http://127.0.0.1:9/v1", data_dir=tmp_path)
     assert worker_count(relayed, build_engines(relayed)) == usable_cores()
     assert worker_count(relayed.model_copy(update={"workers": 3}), build_engines(relayed)) == 3
-    scripted = Settings(test_engine="scripted", data_dir=tmp_path)
-    assert worker_count(scripted, build_engines(scripted)) == 1
+    scripted = Settings(data_dir=tmp_path)
+    assert worker_count(scripted, build_engines(scripted, {"KIMI_TEST_ENGINE": "scripted"})) == 1

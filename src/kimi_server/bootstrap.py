@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from kimi_server.engines.base import Engine
@@ -21,9 +23,17 @@ def cache_groups(settings: Settings) -> dict[str, str]:
     return {key_id_of(k): name for name, keys in settings.cache_groups.items() for k in keys}
 
 
-def build_engines(settings: Settings) -> EngineSet:
-    if settings.test_engine == "scripted":  # test-only fake engine
-        return scripted_engines(settings)
+# Test switches, read from the environment rather than settings (never for real use):
+# KIMI_TEST_ENGINE=scripted serves the scripted fake engine instead of a model, its answers
+# KIMI_TEST_ENGINE_TOKENS words long, one every KIMI_TEST_ENGINE_DELAY seconds.
+TEST_ENGINE = "KIMI_TEST_ENGINE"
+TEST_ENGINE_TOKENS = "KIMI_TEST_ENGINE_TOKENS"
+TEST_ENGINE_DELAY = "KIMI_TEST_ENGINE_DELAY"
+
+
+def build_engines(settings: Settings, environ: Mapping[str, str] = os.environ) -> EngineSet:
+    if environ.get(TEST_ENGINE) == "scripted":  # test-only fake engine
+        return scripted_engines(environ)
     # routed ids skip the embedded model; --upstream serves them all.
     upstream = upstream_engines(settings)
     if settings.upstream:
@@ -79,16 +89,16 @@ def build_keys(settings: Settings) -> tuple[KeyRing, str | None]:
     return KeyRing([dev]), dev
 
 
-def scripted_engines(settings: Settings) -> EngineSet:
+def scripted_engines(environ: Mapping[str, str]) -> EngineSet:
     """Gateway, for tests and benchmarks only: every model served by the scripted
     engine, which needs no model file (``KIMI_TEST_ENGINE=scripted``)."""
     from kimi_server.engines.scripted import Script, ScriptedEngine
 
-    tokens = settings.test_engine_tokens
+    tokens = min(max(int(environ.get(TEST_ENGINE_TOKENS, "2")), 1), 100_000)
     script = Script(
         reasoning=("Let me ", "think."),
         content=tuple(f"w{i} " for i in range(tokens)),
-        delay=settings.test_engine_delay,
+        delay=min(max(float(environ.get(TEST_ENGINE_DELAY, "0")), 0.0), 10.0),
     )
     engine = ScriptedEngine(script=script)
     return EngineSet({spec.id: engine for spec in CATALOGUE})

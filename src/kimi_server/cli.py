@@ -12,20 +12,24 @@ from rich.markup import escape
 
 import kimi_server.cli_help  # noqa: F401  (flags in --help show no type)
 from kimi_server import __version__, log_json
+from kimi_server.chat_cli.command import chat as chat_command
 from kimi_server.gate.cli import keys_app
 from kimi_server.gate.cli import usage as usage_command
 from kimi_server.models.cli import models_app
 from kimi_server.search.cli import search_app
 from kimi_server.settings import Settings
+from kimi_server.verify.cli import verify as verify_command
 
 app = typer.Typer(name="kimi-server", help="A self-hosted server for the Kimi API.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(keys_app, name="keys")
 app.command("usage")(usage_command)
+app.command("chat")(chat_command)
 from kimi_server.engines.upstream.cli import upstreams_app  # noqa: E402
 
 app.add_typer(upstreams_app, name="upstreams")
 app.add_typer(search_app, name="search")
+app.command("verify")(verify_command)
 console = Console(stderr=True)
 
 
@@ -37,8 +41,9 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option(
-        "--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     """A self-hosted server for the Kimi API."""
 
@@ -57,20 +62,15 @@ def start_lines(settings: Settings, served: list[str], dev_key: str | None) -> l
     lines = [f"kimi-server: serving {', '.join(sorted(served))}", f"  base URL: {origin}/v1"]
     # Whose API rules apply (policy/profiles.py), with the routes that follow other ones.
     others = [
-        f"{model_id}: {route.contract}" for model_id, route in sorted(settings.routes.items())
+        f"{model_id}: {route.contract}"
+        for model_id, route in sorted(settings.routes.items())
         if route.contract is not None and route.contract != settings.contract and model_id in served
     ]
     lines.append(f"  contract: {settings.contract}" + (f" ({', '.join(others)})" if others else ""))
     if dev_key:
         lines.append(f"  development API key: {dev_key}")
-    if settings.public_docs:
-        lines.append(f"  docs: {origin}/docs")
-    else:
-        # A browser cannot send the key, so say how to open the docs in one.
-        lines.append(
-            f"  docs: {origin}/openapi.json with the API key; to browse {origin}/docs, "
-            "start with KIMI_PUBLIC_DOCS=true"
-        )
+    # The page asks for the key unless the document is public (public_docs).
+    lines.append(f"  docs: {origin}/docs" + ("" if settings.public_docs else " (asks for the API key)"))
     return lines
 
 
@@ -127,7 +127,9 @@ def serve(
     workers: Annotated[
         int | None,
         typer.Option(
-            min=1, max=256, help="Server processes on this port (above 1: every model relayed to upstreams).",
+            min=1,
+            max=256,
+            help="Server processes on this port (above 1: every model relayed to upstreams).",
             show_default="one per core when every model is relayed to upstreams, else 1",
         ),
     ] = None,

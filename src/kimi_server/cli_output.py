@@ -34,8 +34,9 @@ class Format(Enum):
     CSV = "csv"
 
 
-def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Cell]], fmt: Format = Format.AUTO,
-               console: Console | None = None) -> None:
+def print_rows(
+    columns: Sequence[str], rows: Sequence[Sequence[Cell]], fmt: Format = Format.AUTO, console: Console | None = None
+) -> None:
     console = console or Console()
     if fmt is Format.AUTO:
         fmt = Format.TABLE if _tty(console) else Format.PLAIN

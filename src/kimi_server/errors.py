@@ -23,11 +23,14 @@ class APIError(Exception):
     error_type = "server_error"
     default_code: str | None = "internal_error"
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, code: str | None = None, retry_after: int | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code if code is not None else self.default_code
+        self.retry_after = retry_after  # seconds, sent as Retry-After (429s and 503s)
 
     def to_body(self) -> dict[str, object]:
         error: dict[str, object] = {

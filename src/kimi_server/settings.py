@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import difflib
 import os
-from decimal import Decimal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -22,121 +24,38 @@ from pydantic_settings import (
 )
 
 from kimi_server.policy.profiles import ContractName
+from kimi_server.settings_tables import (
+    DEFAULT_BUDGETS,
+    EFFORT_ORDER,
+    Dialect,
+    EffortBudget,
+    ModelPrice,
+    ModelRoute,
+    UpstreamCapabilities,
+    UpstreamConfig,
+)
 from kimi_server.unknown_settings import UnknownSettingError, check_environment, check_toml_file, explain_extras
+
+__all__ = [
+    "DEFAULT_BUDGETS",
+    "EFFORT_ORDER",
+    "Dialect",
+    "EffortBudget",
+    "ModelPrice",
+    "ModelRoute",
+    "Settings",
+    "UpstreamCapabilities",
+    "UpstreamConfig",
+    "load_settings",
+]
+# The TOML file of the settings being built (load_settings sets it for the duration of the build,
+# so nothing is written to the process environment); else KIMI_CONFIG names it.
+_config_file: ContextVar[Path | None] = ContextVar("kimi_config_file", default=None)
 
 
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "kimi-server"
-
-
-class EffortBudget(BaseModel):
-    """Reasoning tokens for one effort level: at least ``floor``, at most ``cap``."""
-
-    model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not a default
-
-    floor: int = Field(ge=0)
-    cap: int = Field(ge=1)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> EffortBudget:
-        if self.floor > self.cap:
-            raise ValueError("floor must not exceed cap")
-        return self
-
-
-# Levels never overlap (low.cap <= high.floor, high.cap <= max.floor), so a higher effort always
-# reasons longer; sized so a default (max) request answers in seconds on two CPU cores with the
-# default model (docs/configuration.md has the measured time).
-DEFAULT_BUDGETS = {
-    "low": EffortBudget(floor=64, cap=96),
-    "high": EffortBudget(floor=96, cap=128),
-    "max": EffortBudget(floor=128, cap=256),
-}
-EFFORT_ORDER = ("low", "high", "max")
-
-
-class ModelPrice(BaseModel):
-    """USD per million tokens of each class, and per web-search call."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input: Decimal = Decimal(0)
-    cache_read: Decimal = Decimal(0)
-    cache_write_5m: Decimal = Decimal(0)
-    cache_write_1h: Decimal = Decimal(0)
-    output: Decimal = Decimal(0)
-    web_search: Decimal = Decimal(0)  # USD per call
-
-    @model_validator(mode="after")
-    def _exact(self) -> ModelPrice:
-        # Costs are integer nano-dollars: exact when a per-million price has <= 3 decimals.
-        for name, value in self:
-            places = 9 if name == "web_search" else 3
-            if value < 0 or -int(value.as_tuple().exponent) > places:
-                raise ValueError(f"price '{name}' must be >= 0 with at most {places} decimal places")
-        return self
-
-
-# routes to other OpenAI-compatible servers; see docs/configuration.md.
-Dialect = Literal["vllm", "sglang", "llamacpp", "moonshot", "openai"]
-
-
-class UpstreamCapabilities(BaseModel):
-    """What the upstream can do; a request needing more gets a 400 before it leaves."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tools: bool = True
-    json_schema: bool = True
-    vision: bool = False
-    reasoning: bool = True  # returns reasoning separately (or in <think> tags) by itself
-    prompt_cache: bool = False  # reports cached prompt tokens of its own
-
-
-class UpstreamConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    base_url: str  # up to and including /v1
-    name: str | None = None  # for logs and health; default: the base URL's host
-    api_key_env: str | None = None  # the environment variable holding the upstream's key
-    model: str | None = None  # the upstream's model name; default: the public model id
-    dialect: Dialect = "openai"
-    capabilities: UpstreamCapabilities = Field(default_factory=UpstreamCapabilities)
-    weight: int = Field(default=1, ge=1, le=1000)
-    max_output_tokens: int | None = Field(default=None, ge=1)  # the upstream's own cap
-    context_length: int | None = Field(default=None, ge=1)  # its window, shown by /v1/models
-    # Requests it serves at once; more wait in kimi-server's fair queue.
-    max_concurrency: int = Field(default=64, ge=1, le=100_000)
-    connect_timeout: float = Field(default=5.0, gt=0)
-    read_timeout: float = Field(default=60.0, gt=0)  # longest silence, before or within a stream
-    total_timeout: float = Field(default=1800.0, gt=0)
-    retries: int = Field(default=2, ge=0, le=10)  # per upstream, only before any output
-    backoff: float = Field(default=0.25, ge=0)  # first retry delay, doubling
-    max_retry_after: float = Field(default=10.0, ge=0)  # longest Retry-After honoured
-    breaker_threshold: int = Field(default=5, ge=1)
-    breaker_cooldown: float = Field(default=30.0, gt=0)
-    max_connections: int = Field(default=256, ge=1)
-
-
-class ModelRoute(BaseModel):
-    """What one catalogue model id runs on. Unset fields fall back to the top-level ones."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    engine: Literal["embedded", "upstream"] = "embedded"
-    model: str | None = None
-    upstreams: list[UpstreamConfig] = Field(default_factory=list)  # tried in weighted order
-    # Output tokens of a request that names no cap; None: the top-level setting.
-    default_max_output_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
-    # Whose API rules this model id follows (policy/profiles.py); None: the top-level setting.
-    contract: ContractName | None = None
-
-    @model_validator(mode="after")
-    def _upstreams_given(self) -> ModelRoute:
-        if self.engine == "upstream" and not self.upstreams:
-            raise ValueError("a route with engine 'upstream' needs at least one entry in 'upstreams'")
-        return self
 
 
 class Settings(BaseSettings):
@@ -150,6 +69,8 @@ class Settings(BaseSettings):
     models_dir: Path | None = None
     # Seals reasoning in Responses output; None: <data_dir>/responses.key, made on first start.
     responses_key_file: Path | None = None
+    # Seals the web console's sign-in cookie; None: <data_dir>/console.key, made on first start.
+    console_key_file: Path | None = None
 
     model: str = "qwen2.5-coder-0.5b"
     auto_pull: bool = True
@@ -249,24 +170,28 @@ class Settings(BaseSettings):
     redis_url: str | None = None  # shared rate limits across instances; None: in-process
     redis_prefix: str = "kimi:"
     admin_key: str | None = None  # enables /admin/v1/; None: the admin API is off
+    # Where a key's soft budget, once reached, is reported (signed with the secret; docs/gateway.md).
+    budget_webhook_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    budget_webhook_secret: str | None = Field(default=None, min_length=16)
     metrics_public: bool = False  # /metrics without a key
     key_cache_seconds: float = Field(default=0.5, ge=0, le=1)  # revocation takes effect within this
     prices: dict[str, ModelPrice] = Field(default_factory=dict)  # model id -> USD per 1M tokens
-    # SQLite: "full" makes each ledger commit survive power loss (one fsync per batch of
-    # requests); "normal" survives the server being killed but not the OS crashing.
-    sqlite_synchronous: Literal["full", "normal"] = "full"
+    # SQLite in WAL mode: "normal" (SQLite's advice for WAL) keeps every committed row through
+    # the server being killed, with no fsync on the request path; "full" also survives power
+    # loss or an OS crash, at one fsync per batch of requests.
+    sqlite_synchronous: Literal["full", "normal"] = "normal"
     ledger_batch_ms: float = Field(default=0.0, ge=0, le=1000)  # extra wait to gather a batch
-    # Test only: serve the scripted fake engine instead of a model (never for real use).
-    test_engine: Literal["", "scripted"] = ""
-    test_engine_delay: float = Field(default=0.0, ge=0, le=10)
-    test_engine_tokens: int = Field(default=2, ge=1, le=100000)
 
     def upstream_key_variables(self) -> set[str]:
         """The environment variables named as upstream keys (they may start with KIMI_)."""
-        names = {self.upstream_api_key_env} | {
-            u.api_key_env for route in self.routes.values() for u in route.upstreams
-        }
+        names = {self.upstream_api_key_env} | {u.api_key_env for route in self.routes.values() for u in route.upstreams}
         return {name for name in names if name}
+
+    @model_validator(mode="after")
+    def _signed_webhook(self) -> Settings:
+        if self.budget_webhook_url and not self.budget_webhook_secret:
+            raise ValueError("budget_webhook_url needs budget_webhook_secret: every event is signed with it")
+        return self
 
     @field_validator("api_keys", mode="before")
     @classmethod
@@ -310,7 +235,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        config = os.environ.get("KIMI_CONFIG")
+        config = _config_file.get() or os.environ.get("KIMI_CONFIG")
         if config:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config)))
         return tuple(sources)
@@ -321,21 +246,32 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     if config_file is not None:
         if not config_file.is_file():
             raise FileNotFoundError(f"config file not found: {config_file}")
-        os.environ["KIMI_CONFIG"] = str(config_file)
+    else:
+        named = os.environ.get("KIMI_CONFIG")
+        config_file = Path(named) if named else None
+        if config_file is not None and not config_file.is_file():
+            raise FileNotFoundError(f"config file not found: {named} (KIMI_CONFIG)")
     # Unknown settings stop start-up, before anything loads (kimi_server/unknown_settings.py).
-    config = os.environ.get("KIMI_CONFIG")
-    if config:
-        if not Path(config).is_file():
-            raise FileNotFoundError(f"config file not found: {config} (KIMI_CONFIG)")
-        check_toml_file(Path(config), Settings)
+    if config_file is not None:
+        check_toml_file(config_file, Settings)
     given = {k: v for k, v in overrides.items() if v is not None and v != []}
     try:
-        settings = Settings(**given)
+        with _reading(config_file):
+            settings = Settings(**given)
     except ValidationError as exc:
         raise explain_extras(exc, Settings) or exc from None
     check_environment(os.environ, Settings, allowed=settings.upstream_key_variables())
     check_price_models(settings)
     return settings
+
+
+@contextmanager
+def _reading(config_file: Path | None) -> Iterator[None]:
+    token = _config_file.set(config_file)
+    try:
+        yield
+    finally:
+        _config_file.reset(token)
 
 
 def check_price_models(settings: Settings) -> None:

@@ -17,9 +17,21 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 ENV_PREFIX = "KIMI_"
-# KIMI_* variables that are not settings: the config file's name, and the test suite's switches.
-NOT_SETTINGS = frozenset({"KIMI_CONFIG", "KIMI_TEST_POSTGRES", "KIMI_TEST_REDIS", "KIMI_CORPUS_FULL",
-                          "KIMI_SKIP_PULL_TESTS"})
+# KIMI_* variables that are not settings: the config file's name, the test suite's switches, the chat client's.
+NOT_SETTINGS = frozenset(
+    {
+        "KIMI_CONFIG",
+        "KIMI_TEST_POSTGRES",
+        "KIMI_TEST_REDIS",
+        "KIMI_CORPUS_FULL",
+        "KIMI_SKIP_PULL_TESTS",
+        "KIMI_TEST_ENGINE",
+        "KIMI_TEST_ENGINE_DELAY",
+        "KIMI_TEST_ENGINE_TOKENS",
+        "KIMI_API_KEY",
+        "KIMI_BASE_URL",
+    }
+)  # `kimi-server chat` and `verify`; not the server
 
 
 class UnknownSettingError(ValueError):
@@ -86,7 +98,7 @@ def check_environment(environ: Mapping[str, str], model: type[BaseModel], allowe
     problems = []
     for name in sorted(environ):
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper in known or upper[len(ENV_PREFIX):].lower() in fields:
+        if not upper.startswith(ENV_PREFIX) or upper in known or upper[len(ENV_PREFIX) :].lower() in fields:
             continue
         problems.append(f"unknown environment variable {name}: it names no setting{_nearest(upper, valid)}")
     if problems:

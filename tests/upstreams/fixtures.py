@@ -13,12 +13,13 @@ import httpx
 
 from kimi_server.models.pull import resolve_model
 from kimi_server.models.store import ModelStore, default_models_dir
-from tests.conftest import TEST_MODEL, _free_port
+from tests.conftest import TEST_MODEL, _free_port, require_mark
 
 
 @contextmanager
 def llamacpp_server(tmp: Path, model: str = TEST_MODEL) -> Iterator[str]:
     """Yields the base URL (…/v1) of a llama.cpp server on a free loopback port."""
+    require_mark("e2e", "starts llama.cpp's server")
     path = resolve_model(model, ModelStore(default_models_dir()), auto_pull=False)
     port = _free_port()
     log = tmp / "llamacpp.log"

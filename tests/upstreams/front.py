@@ -14,12 +14,8 @@ from fastapi.testclient import TestClient
 
 from kimi_server.engines.upstream.engine import UpstreamEngine
 from kimi_server.engines.upstream.relay import Upstream
-from kimi_server.gate.auth import KeyRing
-from kimi_server.http.app import create_app
-from kimi_server.policy.catalogue import CATALOGUE
-from kimi_server.serving.common import EngineSet
-from kimi_server.settings import Settings, UpstreamConfig
-from tests.conftest import TEST_KEY
+from kimi_server.settings import UpstreamConfig
+from tests.conftest import TEST_KEY, build_app
 
 
 @dataclass
@@ -32,7 +28,10 @@ class Front:
 def config(url: str, **fields: Any) -> UpstreamConfig:
     """Short timeouts and backoff: each fault under test resolves within a few seconds."""
     defaults: dict[str, Any] = {
-        "connect_timeout": 2.0, "read_timeout": 2.0, "backoff": 0.01, "breaker_cooldown": 0.5,
+        "connect_timeout": 2.0,
+        "read_timeout": 2.0,
+        "backoff": 0.01,
+        "breaker_cooldown": 0.5,
     }
     return UpstreamConfig(base_url=url, **{**defaults, **fields})
 
@@ -40,9 +39,7 @@ def config(url: str, **fields: Any) -> UpstreamConfig:
 @contextmanager
 def front(tmp: Path, *configs: UpstreamConfig, **settings: Any) -> Iterator[Front]:
     engine = UpstreamEngine([Upstream(c) for c in configs])
-    engines = EngineSet({spec.id: engine for spec in CATALOGUE})
-    base = Settings(api_keys=[TEST_KEY], data_dir=tmp / "data", **settings)
-    app = create_app(base, engines, KeyRing([TEST_KEY]))
+    app = build_app(tmp / "data", engine, **settings)
     auth = {"Authorization": f"Bearer {TEST_KEY}"}
     with TestClient(app, headers=auth, raise_server_exceptions=False) as http:
         sdk = openai.OpenAI(base_url="http://testserver/v1", api_key=TEST_KEY, http_client=http, max_retries=0)

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from kimi_server.engines.types import EngineEvent, GenerationRequest
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class AsyncStream(Protocol[T_co]):
+    """An async iterator its reader must close when it stops early (an async generator, or a
+    wrapper around one): closing it stops the work behind it, the engine's slot included."""
+
+    def __aiter__(self) -> AsyncIterator[T_co]: ...
+
+    def __anext__(self) -> Awaitable[T_co]: ...
+
+    def aclose(self) -> Awaitable[None]: ...
 
 
 class Engine(Protocol):
@@ -17,7 +30,7 @@ class Engine(Protocol):
 
     async def close(self) -> None: ...
 
-    def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]: ...
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[EngineEvent, None]: ...
 
     def accepts_images(self) -> bool: ...
 

@@ -5,7 +5,7 @@ users; tests build it directly)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 
 from kimi_server.engines.types import (
@@ -62,7 +62,7 @@ class ScriptedEngine:
     def stats(self) -> dict[str, int]:
         return {"active_calls": 0, "cancelled_calls": self.cancelled}
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[EngineEvent, None]:
         self.requests.append(request)
         if self.on_generate is not None:
             self.on_generate(request)

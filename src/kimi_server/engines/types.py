@@ -31,6 +31,9 @@ class Message:
     tool_calls: tuple[ToolCallRecord, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    # Tools a system message declares ("dynamic tools"): callable from this point on. Each is
+    # also in GenerationRequest.tools, the union in force; here they say where to render them.
+    tools: tuple[ToolSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ class ToolSpec:
     parameters: dict[str, Any] | None = None
     strict: bool = False
     kind: Literal["function", "custom", "web_search"] = "function"
+    # The request field that declared it, for errors (``messages[2].tools[0].function``);
+    # None: ``tools[i]``. Not part of the tool's identity.
+    where: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

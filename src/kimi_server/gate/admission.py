@@ -40,8 +40,7 @@ class OverloadedError(EngineUnavailableError):
     default_code = "server_overloaded"
 
     def __init__(self, message: str, *, retry_after: int, code: str | None = None) -> None:
-        super().__init__(message, code=code)
-        self.retry_after = retry_after
+        super().__init__(message, code=code, retry_after=retry_after)
 
 
 class KeyOverShareError(RateLimitError):
@@ -50,8 +49,7 @@ class KeyOverShareError(RateLimitError):
     default_code = "too_many_queued_requests"
 
     def __init__(self, message: str, *, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+        super().__init__(message, retry_after=retry_after)
 
 
 @dataclass(frozen=True)
@@ -143,9 +141,16 @@ class Admission:
         finally:
             ticket.release()
 
-    async def admit(self, key_id: str) -> Ticket:
+    def admit_now(self, key_id: str) -> Ticket | None:
+        """A ticket at once when a place is free and nobody waits; None when the request must queue."""
         if self.active < self.limits.slots and not self._waiting:
             return self._grant(key_id, waited=False)
+        return None
+
+    async def admit(self, key_id: str) -> Ticket:
+        ticket = self.admit_now(key_id)
+        if ticket is not None:
+            return ticket
         queued = self._waiting.get(key_id)
         if queued is not None and len(queued) >= self.limits.max_queue_per_key:
             self._count(key_id, "rejected_key_share")
@@ -157,8 +162,7 @@ class Admission:
         if self.waiting >= self.limits.max_queue:
             self._count(key_id, "rejected_queue_full")
             raise OverloadedError(
-                "The server is overloaded: its queue is full. Retry after the time in the "
-                "Retry-After header.",
+                "The server is overloaded: its queue is full. Retry after the time in the Retry-After header.",
                 retry_after=self._retry_after(),
             )
         waiter = _Waiter(key_id)

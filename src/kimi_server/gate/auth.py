@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kimi_server.errors import AuthenticationError
+from kimi_server.gate.key_hash import KEY_PREFIX, digest, key_id_of, new_key
 from kimi_server.gate.keyfiles import ensure_private
 
 if TYPE_CHECKING:
     from kimi_server.gate.keys import KeyRecord
 
-KEY_PREFIX = "sk-kimi-"
-
-
-def digest(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-def key_id_of(key: str) -> str:
-    """The stable, non-secret id of a key (what ``Principal.key_id`` carries)."""
-    return digest(key)[:16]
+__all__ = ["KEY_PREFIX", "KeyRing", "Principal", "development_key", "digest", "key_id_of", "new_key"]
 
 
 @dataclass(frozen=True)
@@ -70,10 +60,6 @@ class KeyRing:
         if matched is None:
             raise AuthenticationError("Incorrect API key provided.", code="invalid_api_key")
         return Principal(key_id=matched[:16])  # == key_id_of(token)
-
-
-def new_key() -> str:
-    return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
 def development_key(data_dir: Path) -> str:

@@ -28,8 +28,9 @@ from kimi_server.printable import visible
 from kimi_server.store.db import Database
 
 T = TypeVar("T")
-keys_app = typer.Typer(name="keys", help="Create, list, change and revoke API keys.", no_args_is_help=True,
-                       add_completion=False)
+keys_app = typer.Typer(
+    name="keys", help="Create, list, change and revoke API keys.", no_args_is_help=True, add_completion=False
+)
 err = Console(stderr=True)
 out = Console()
 
@@ -37,17 +38,38 @@ Config = Annotated[Path | None, typer.Option("--config", help="TOML settings fil
 Rpm = Annotated[int | None, typer.Option("--rpm", min=1, max=MAX_COUNT, help="Requests per minute.")]
 Tpm = Annotated[int | None, typer.Option("--tpm", min=1, max=MAX_COUNT, help="Tokens per minute.")]
 Budget = Annotated[str | None, typer.Option("--budget", help="Budget in USD, e.g. 25 or 0.50.")]
+Period = Annotated[
+    str | None,
+    typer.Option("--budget-period", help="When the budget starts over (UTC): none, daily, weekly or monthly."),
+]
+SoftBudget = Annotated[
+    str | None, typer.Option("--soft-budget", help="USD spent in a period past which the budget webhook is told, once.")
+]
 Expires = Annotated[str | None, typer.Option("--expires", help="Expiry: a date (UTC midnight) or ISO time.")]
 Models = Annotated[str | None, typer.Option("--models", help="Comma-separated model ids this key may use.")]
-MaxOutput = Annotated[int | None, typer.Option(
-    "--max-output-tokens", min=1, max=MAX_OUTPUT_TOKENS, help="Output cap of requests that name none.")]
+MaxOutput = Annotated[
+    int | None,
+    typer.Option("--max-output-tokens", min=1, max=MAX_OUTPUT_TOKENS, help="Output cap of requests that name none."),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 AsCsv = Annotated[bool, typer.Option("--csv", help="Print CSV (a header, then one line per row).")]
-AllowUnpriced = Annotated[bool, typer.Option(
-    "--allow-unpriced-budget", help="Keep a budget even though some of the key's models have no price.")]
+AllowUnpriced = Annotated[
+    bool,
+    typer.Option("--allow-unpriced-budget", help="Keep a budget even though some of the key's models have no price."),
+]
 # The store's field names as this command spells them, for its error messages.
-OPTIONS = {"name": "--name", "rpm": "--rpm", "tpm": "--tpm", "budget_usd": "--budget", "expires_at": "--expires",
-           "models": "--models", "max_output_tokens": "--max-output-tokens", "key": "KEY"}
+OPTIONS = {
+    "name": "--name",
+    "rpm": "--rpm",
+    "tpm": "--tpm",
+    "budget_usd": "--budget",
+    "expires_at": "--expires",
+    "models": "--models",
+    "max_output_tokens": "--max-output-tokens",
+    "key": "KEY",
+    "budget_period": "--budget-period",
+    "soft_budget_usd": "--soft-budget",
+}
 
 
 def _run(config: Path | None, work: Callable[[KeyStore], Awaitable[T]]) -> T:
@@ -84,15 +106,15 @@ def _naming_option(exc: APIError) -> str:
     return f"{option}: {exc.message}"
 
 
-def _budget(value: str | None) -> Decimal | None:
+def _budget(value: str | None, option: str = "--budget") -> Decimal | None:
     if value is None:
         return None
     try:
         usd = check_budget(Decimal(value.removeprefix("$")))
     except InvalidOperation:
-        raise typer.BadParameter(f"not an amount: {visible(value)!r}", param_hint="--budget") from None
+        raise typer.BadParameter(f"not an amount: {visible(value)!r}", param_hint=option) from None
     except APIError as exc:
-        raise typer.BadParameter(exc.message.replace("'budget_usd' ", ""), param_hint="--budget") from None
+        raise typer.BadParameter(exc.message.replace("'budget_usd' ", ""), param_hint=option) from None
     return usd
 
 
@@ -120,8 +142,21 @@ def _models(value: str | None) -> frozenset[str] | None:
     return models
 
 
-KEY_COLUMNS = ("id", "name", "status", "rpm", "tpm", "budget_usd", "spent_usd", "models", "max_output_tokens",
-               "expires_at")
+KEY_COLUMNS = (
+    "id",
+    "name",
+    "status",
+    "rpm",
+    "tpm",
+    "budget_usd",
+    "budget_period",
+    "period_spent_usd",
+    "soft_budget_usd",
+    "spent_usd",
+    "models",
+    "max_output_tokens",
+    "expires_at",
+)
 
 
 def _format(as_csv: bool) -> Format:
@@ -149,13 +184,29 @@ def _cell(text: str) -> str:
 @keys_app.command("create")
 def create(
     name: Annotated[str, typer.Option("--name", help="A unique name for the key.")],
-    rpm: Rpm = None, tpm: Tpm = None, budget: Budget = None, expires: Expires = None, models: Models = None,
-    max_output_tokens: MaxOutput = None, allow_unpriced_budget: AllowUnpriced = False, config: Config = None,
+    rpm: Rpm = None,
+    tpm: Tpm = None,
+    budget: Budget = None,
+    expires: Expires = None,
+    models: Models = None,
+    max_output_tokens: MaxOutput = None,
+    budget_period: Period = None,
+    soft_budget: SoftBudget = None,
+    allow_unpriced_budget: AllowUnpriced = False,
+    config: Config = None,
 ) -> None:
     """Creates a key and prints its secret, once: only a digest of it is stored."""
-    changes = KeyChanges(rpm=rpm, tpm=tpm, budget_usd=_budget(budget), expires_at=_when(expires, "--expires"),
-                         models=_models(models), max_output_tokens=max_output_tokens,
-                         allow_unpriced_budget=allow_unpriced_budget)
+    changes = KeyChanges(
+        rpm=rpm,
+        tpm=tpm,
+        budget_usd=_budget(budget),
+        expires_at=_when(expires, "--expires"),
+        models=_models(models),
+        max_output_tokens=max_output_tokens,
+        budget_period=budget_period,
+        soft_budget_usd=_budget(soft_budget, "--soft-budget"),
+        allow_unpriced_budget=allow_unpriced_budget,
+    )
     record, secret = _run(config, lambda store: store.create(name, changes))
     err.print(f"created key {record.id} ({_cell(record.name)}); the secret is shown only now:", highlight=False)
     print(secret)
@@ -169,7 +220,9 @@ def list_keys(config: Config = None, as_json: AsJson = False, as_csv: AsCsv = Fa
 
 @keys_app.command("show")
 def show(
-    key: Annotated[str, typer.Argument(help="Name or id.")], config: Config = None, as_json: AsJson = False,
+    key: Annotated[str, typer.Argument(help="Name or id.")],
+    config: Config = None,
+    as_json: AsJson = False,
     as_csv: AsCsv = False,
 ) -> None:
     """Shows one key."""
@@ -179,19 +232,39 @@ def show(
 @keys_app.command("update")
 def update(
     key: Annotated[str, typer.Argument(help="Name or id.")],
-    rpm: Rpm = None, tpm: Tpm = None, budget: Budget = None, expires: Expires = None, models: Models = None,
+    rpm: Rpm = None,
+    tpm: Tpm = None,
+    budget: Budget = None,
+    expires: Expires = None,
+    models: Models = None,
     max_output_tokens: MaxOutput = None,
-    clear: Annotated[list[str] | None, typer.Option(
-        "--clear", help="Remove a limit: rpm, tpm, budget, expires, models or max_output_tokens.")] = None,
-    allow_unpriced_budget: AllowUnpriced = False, config: Config = None,
+    budget_period: Period = None,
+    soft_budget: SoftBudget = None,
+    clear: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--clear", help="Remove a limit: rpm, tpm, budget, expires, models, max_output_tokens or soft_budget."
+        ),
+    ] = None,
+    allow_unpriced_budget: AllowUnpriced = False,
+    config: Config = None,
 ) -> None:
     """Changes a key's limits."""
-    unknown = set(clear or ()) - {"rpm", "tpm", "budget", "expires", "models", "max_output_tokens"}
+    unknown = set(clear or ()) - {"rpm", "tpm", "budget", "expires", "models", "max_output_tokens", "soft_budget"}
     if unknown:
         raise typer.BadParameter(f"cannot clear {', '.join(sorted(unknown))}", param_hint="--clear")
-    changes = KeyChanges(rpm=rpm, tpm=tpm, budget_usd=_budget(budget), expires_at=_when(expires, "--expires"),
-                         models=_models(models), max_output_tokens=max_output_tokens,
-                         clear=frozenset(clear or ()), allow_unpriced_budget=allow_unpriced_budget)
+    changes = KeyChanges(
+        rpm=rpm,
+        tpm=tpm,
+        budget_usd=_budget(budget),
+        expires_at=_when(expires, "--expires"),
+        models=_models(models),
+        max_output_tokens=max_output_tokens,
+        budget_period=budget_period,
+        soft_budget_usd=_budget(soft_budget, "--soft-budget"),
+        clear=frozenset(clear or ()),
+        allow_unpriced_budget=allow_unpriced_budget,
+    )
     _show([_run(config, lambda store: store.update(key, changes))], False)
 
 
@@ -230,6 +303,16 @@ def usage(
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    columns = [by, *(["name"] if by == "key" else []), "requests", "prompt_tokens", "cached_tokens",
-               "cache_write_tokens", "reasoning_tokens", "completion_tokens", "web_search_calls", "cost_usd"]
+    columns = [
+        by,
+        *(["name"] if by == "key" else []),
+        "requests",
+        "prompt_tokens",
+        "cached_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+        "completion_tokens",
+        "web_search_calls",
+        "cost_usd",
+    ]
     print_rows(columns, [[row[c] for c in columns] for row in rows], _format(as_csv), out)

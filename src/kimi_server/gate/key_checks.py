@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from kimi_server.errors import InvalidRequestError
+from kimi_server.gate.periods import NONE, PERIODS
 from kimi_server.policy.catalogue import CATALOGUE
 from kimi_server.settings import ModelPrice, Settings
 
@@ -56,6 +57,23 @@ def check_budget(value: Decimal | None, param: str = "budget_usd") -> Decimal | 
     if isinstance(exponent, int) and -exponent > NANO_PLACES:
         raise InvalidRequestError(f"'{param}' may have at most {NANO_PLACES} decimal places.", param=param)
     return value
+
+
+def check_period(value: str | None, param: str = "budget_period") -> str | None:
+    """A budget period by name; ``none`` is a lifetime budget (stored as None)."""
+    if value is None:
+        return None
+    if value not in (*PERIODS, NONE):
+        raise InvalidRequestError(
+            f"'{param}' must be one of: {NONE}, {', '.join(PERIODS)} (periods start in UTC).", param=param
+        )
+    return value
+
+
+def check_soft_budget(soft_nanos: int | None, budget_nanos: int | None, param: str = "soft_budget_usd") -> None:
+    """A soft budget warns before the budget refuses: it must be below it when both are set."""
+    if soft_nanos is not None and budget_nanos is not None and soft_nanos >= budget_nanos:
+        raise InvalidRequestError(f"'{param}' must be less than the key's budget (budget_usd).", param=param)
 
 
 def check_instant(value: datetime, param: str) -> datetime:

@@ -12,25 +12,28 @@ import asyncio
 import builtins
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from kimi_server.errors import InvalidRequestError, NotFoundError
-from kimi_server.gate.auth import digest, new_key
 from kimi_server.gate.key_checks import (
     ModelRules,
     check_budget,
     check_count,
     check_expiry,
     check_name,
+    check_period,
+    check_soft_budget,
     check_text,
 )
+from kimi_server.gate.key_hash import digest, new_key
+from kimi_server.gate.periods import NONE, period_end, period_start, spend_since
 from kimi_server.policy.output_caps import check_output_cap
 from kimi_server.store.db import Database, utc
 from kimi_server.store.models import ApiKeyRow
@@ -64,6 +67,16 @@ class KeyRecord:
     expires_at: datetime | None
     revoked_at: datetime | None
     max_output_tokens: int | None = None  # for requests that name no cap; None: the model's
+    budget_period: str | None = None  # daily | weekly | monthly; None: the budget is for life
+    soft_budget_nanos: int | None = None
+    # The period the figure below belongs to (None: lifetime), and the ledger's spend in it.
+    period_start: datetime | None = None
+    period_spent_nanos: int = 0
+
+    @property
+    def budget_spent_nanos(self) -> int:
+        """What counts against the budget: the period's spend, or all of it."""
+        return self.period_spent_nanos if self.budget_period is not None else self.spent_nanos
 
     def usable(self, at: datetime) -> bool:
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > at)
@@ -78,18 +91,27 @@ class KeyRecord:
             "tpm": self.tpm,
             "budget_usd": usd_text(self.budget_nanos) if self.budget_nanos is not None else None,
             "spent_usd": usd_text(self.spent_nanos),
+            "budget_period": self.budget_period or NONE,
+            "period_start": self.period_start.isoformat() if self.period_start else None,
+            "period_resets_at": _iso(period_end(self.budget_period, self.period_start)),
+            "period_spent_usd": usd_text(self.budget_spent_nanos),
+            "soft_budget_usd": usd_text(self.soft_budget_nanos) if self.soft_budget_nanos is not None else None,
             "models": sorted(self.models) if self.models is not None else None,
             "max_output_tokens": self.max_output_tokens,
             "created_at": self.created_at.isoformat(),
             "expires_at": self.expires_at.isoformat() if self.expires_at else None,
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
-            "status": "revoked" if self.revoked_at else (
-                "expired" if self.expires_at and self.expires_at <= datetime.now(UTC) else "active"
-            ),
+            "status": "revoked"
+            if self.revoked_at
+            else ("expired" if self.expires_at and self.expires_at <= datetime.now(UTC) else "active"),
         }
 
 
-def _record(row: ApiKeyRow) -> KeyRecord:
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _record(row: ApiKeyRow, period_spent_nanos: int = 0, start: datetime | None = None) -> KeyRecord:
     return KeyRecord(
         id=row.id,
         name=row.name,
@@ -102,7 +124,19 @@ def _record(row: ApiKeyRow) -> KeyRecord:
         expires_at=utc(row.expires_at),
         revoked_at=utc(row.revoked_at),
         max_output_tokens=row.max_output_tokens,
+        budget_period=row.budget_period,
+        soft_budget_nanos=row.soft_budget_nanos,
+        period_start=start,
+        period_spent_nanos=period_spent_nanos,
     )
+
+
+async def _with_spend(conn: AsyncConnection, row: ApiKeyRow, now: datetime) -> KeyRecord:
+    """The key, with its spend in the period holding ``now`` summed from the ledger."""
+    start = period_start(row.budget_period, now)
+    if start is None:
+        return _record(row)
+    return _record(row, await spend_since(conn, row.id, start), start)
 
 
 def _models_of(row: ApiKeyRow) -> frozenset[str] | None:
@@ -113,7 +147,7 @@ def _models_of(row: ApiKeyRow) -> frozenset[str] | None:
 class KeyChanges:
     """Fields to set on create or update; ``None`` leaves a field as it is. ``clear`` names
     limits to remove (``rpm``, ``tpm``, ``budget``, ``expires``, ``models``,
-    ``max_output_tokens``)."""
+    ``max_output_tokens``, ``soft_budget``)."""
 
     rpm: int | None = None
     tpm: int | None = None
@@ -121,6 +155,8 @@ class KeyChanges:
     expires_at: datetime | None = None
     models: frozenset[str] | None = None
     max_output_tokens: int | None = None
+    budget_period: str | None = None  # daily | weekly | monthly | none
+    soft_budget_usd: Decimal | None = None
     clear: frozenset[str] = frozenset()
     # A budget on models without a price never bites; set only when the operator means it.
     allow_unpriced_budget: bool = False
@@ -130,6 +166,8 @@ class KeyChanges:
         check_count(self.tpm, "tpm")
         check_output_cap(self.max_output_tokens)
         check_budget(self.budget_usd)
+        check_budget(self.soft_budget_usd, "soft_budget_usd")
+        check_period(self.budget_period)
         check_expiry(self.expires_at, datetime.now(UTC))
         rules.check_models(self.models)
 
@@ -138,8 +176,15 @@ class KeyChanges:
 
 
 class KeyStore:
-    def __init__(self, db: Database, cache_seconds: float = 0.5, rules: ModelRules | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        cache_seconds: float = 0.5,
+        rules: ModelRules | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self.db = db
+        self.clock = clock or (lambda: datetime.now(UTC))  # periods and expiry are read against it
         self.rules = rules or ModelRules.catalogue_only()
         self.cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
@@ -160,18 +205,21 @@ class KeyStore:
         )
         _apply(row, changes)
         self.rules.check_spend(row.budget_nanos, _models_of(row), allowed=changes.allow_unpriced_budget)
+        check_soft_budget(row.soft_budget_nanos, row.budget_nanos)
         async with self.db.sessions() as session:
             session.add(row)
             try:
                 await session.commit()
             except IntegrityError:
                 raise InvalidRequestError(f"A key named '{name}' already exists.", param="name") from None
-        return _record(row), secret
+        return _record(row, 0, period_start(row.budget_period, self.clock())), secret
 
     async def list(self) -> list[KeyRecord]:
         async with self.db.sessions() as session:
             rows = (await session.scalars(select(ApiKeyRow).order_by(ApiKeyRow.created_at))).all()
-        return [_record(r) for r in rows]
+            conn = await session.connection()
+            now = self.clock()
+            return [await _with_spend(conn, r, now) for r in rows]
 
     async def unpriced_budgets(self) -> Sequence[tuple[KeyRecord, Sequence[str]]]:
         """Usable keys with a budget, and the models they may use that have no price."""
@@ -186,7 +234,7 @@ class KeyStore:
     async def get(self, name_or_id: str) -> KeyRecord:
         async with self.db.sessions() as session:
             row = await self._find(session, name_or_id)
-            return _record(row)
+            return await _with_spend(await session.connection(), row, self.clock())
 
     async def update(self, name_or_id: str, changes: KeyChanges) -> KeyRecord:
         changes.check(self.rules)
@@ -195,8 +243,9 @@ class KeyStore:
             _apply(row, changes)
             if changes.touches_spend():
                 self.rules.check_spend(row.budget_nanos, _models_of(row), allowed=changes.allow_unpriced_budget)
+            check_soft_budget(row.soft_budget_nanos, row.budget_nanos)
             await session.commit()
-            return _record(row)
+            return await _with_spend(await session.connection(), row, self.clock())
 
     async def revoke(self, name_or_id: str) -> KeyRecord:
         async with self.db.sessions() as session:
@@ -207,7 +256,7 @@ class KeyStore:
                 )
                 await session.commit()
                 await session.refresh(row)
-            return _record(row)
+            return await _with_spend(await session.connection(), row, self.clock())
 
     async def lookup(self, secret: str) -> KeyRecord | None:
         """The usable key with this secret, or None (unknown, revoked or expired).
@@ -228,7 +277,7 @@ class KeyStore:
                 task = asyncio.get_running_loop().create_task(self._refresh(key_digest))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-        if record is None or not record.usable(datetime.now(UTC)):
+        if record is None or not record.usable(self.clock()):
             return None
         return record
 
@@ -244,7 +293,7 @@ class KeyStore:
         started = time.monotonic()
         async with self.db.engine.connect() as conn:
             row = (await conn.execute(select(ApiKeyRow).where(ApiKeyRow.digest == key_digest))).first()
-        record = _record(ApiKeyRow(**row._mapping)) if row is not None else None
+            record = await _with_spend(conn, ApiKeyRow(**row._mapping), self.clock()) if row is not None else None
         if len(self._cache) > 100_000:
             self._cache.clear()
         # Aged from when the query started: what it read may be that old.
@@ -275,8 +324,19 @@ def _apply(row: ApiKeyRow, c: KeyChanges) -> None:
         row.models = ",".join(sorted(c.models))  # checked: known ids, none holds a comma
     if c.max_output_tokens is not None:
         row.max_output_tokens = c.max_output_tokens
-    cleared = {"rpm": "rpm", "tpm": "tpm", "budget": "budget_nanos", "expires": "expires_at", "models": "models",
-               "max_output_tokens": "max_output_tokens"}
+    if c.budget_period is not None:
+        row.budget_period = None if c.budget_period == NONE else c.budget_period
+    if c.soft_budget_usd is not None:
+        row.soft_budget_nanos = usd_to_nanos(c.soft_budget_usd)
+    cleared = {
+        "rpm": "rpm",
+        "tpm": "tpm",
+        "budget": "budget_nanos",
+        "expires": "expires_at",
+        "models": "models",
+        "max_output_tokens": "max_output_tokens",
+        "soft_budget": "soft_budget_nanos",
+    }
     for name in c.clear:
         setattr(row, cleared[name], None)
 

@@ -3,7 +3,8 @@
 Requests hand their row to the writer and (when they can still answer) wait for its commit, so
 a row is durable before the response's last byte. The writer commits whatever has queued up
 while the previous commit ran, in one transaction with the keys' spend, so concurrent requests
-share one fsync instead of paying one each.
+share one fsync instead of paying one each. Where a commit needs no fsync (SQLite with
+``synchronous=NORMAL``, the default) and nothing is queued, a request commits its own row at once.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Ledger:
         self.commits = 0
         self.rows = 0
         self._sqlite: _SqliteWriter | None = None
+        self._busy = False  # a batch is being committed (an inline commit would overtake it)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         if db.is_sqlite and db.engine.url.database:
             self._sqlite = _SqliteWriter(db.engine.url.database, db.sqlite_synchronous)
@@ -66,6 +68,19 @@ class Ledger:
 
     async def write(self, row: dict[str, Any], *, stored_key: bool) -> None:
         """Queues a row and returns once it is committed."""
+        writer = self._inline_writer()
+        if writer is not None and self._queue.empty() and not self._busy:
+            # Nothing to batch with and no fsync to wait for: commit here, sparing the hand-over
+            # to the writer task and back (two turns of the event loop per request).
+            spend = {row["key_id"]: row["cost_nanos"]} if stored_key and row["cost_nanos"] else {}
+            try:
+                writer.commit([row], spend)
+            except Exception as exc:
+                log.warning("ledger commit failed (inline): %s; handing the row to the writer", type(exc).__name__)
+            else:
+                self.commits += 1
+                self.rows += 1
+                return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Pending(row, stored_key, done))
         # Not shielded: a cancelled wait cancels only ``done`` (the writer skips a finished
@@ -90,7 +105,18 @@ class Ledger:
                 batch.append(item)
             await self._commit(batch)
 
+    def _inline_writer(self) -> _SqliteWriter | None:
+        """The SQLite writer when its commits need no fsync (so they may run on the event loop)."""
+        return self._sqlite if self._sqlite is not None and self._sqlite.synchronous == "NORMAL" else None
+
     async def _commit(self, batch: list[_Pending]) -> None:
+        self._busy = True
+        try:
+            await self._commit_batch(batch)
+        finally:
+            self._busy = False
+
+    async def _commit_batch(self, batch: list[_Pending]) -> None:
         spend: dict[str, int] = defaultdict(int)
         for p in batch:
             if p.stored_key and p.row["cost_nanos"]:
@@ -99,9 +125,10 @@ class Ledger:
         error: BaseException | None = None
         for attempt in range(3):
             try:
-                if self._sqlite is not None and self._sqlite.synchronous == "NORMAL":
+                inline = self._inline_writer()
+                if inline is not None:
                     # No fsync: a WAL append takes microseconds, less than a thread hop.
-                    self._sqlite.commit(rows, spend)
+                    inline.commit(rows, spend)
                 elif self._sqlite is not None:
                     await asyncio.get_running_loop().run_in_executor(self._thread, self._sqlite.commit, rows, spend)
                 else:

@@ -5,7 +5,9 @@ request is admitted while its buckets are not empty and then takes its whole res
 (1 request; prompt estimate + output cap tokens), so a burst overshoots a limit by at most one
 reservation. Settling returns what the request did not use. A budget works the same way: a
 request is admitted while ``spent + held < budget`` and holds its worst-case cost until it
-settles with the real one. ``redis_limits.py`` runs the same arithmetic atomically in Redis.
+settles with the real one. A budget with a period (``periods.py``) starts over when the period
+named in ``Limits.period`` changes: the spent figure is then the ledger's for the new period.
+``redis_limits.py`` runs the same arithmetic atomically in Redis.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class Limits:
     tpm: int | None = None
     budget_nanos: int | None = None
     spent_nanos: int = 0  # what the database says was spent (seeds the shared figure)
+    period: int = 0  # the budget period spent_nanos belongs to (periods.period_tag); 0: lifetime
 
     @property
     def any(self) -> bool:
@@ -98,6 +101,7 @@ class _KeyState:
     tokens: _Bucket
     spent: int = 0
     held: int = 0
+    period: int = 0
     touched: float = field(default_factory=time.monotonic)
 
 
@@ -120,7 +124,13 @@ class LocalLimiter:
             state.requests.refill(limits.rpm, now)
         if limits.tpm:
             state.tokens.refill(limits.tpm, now)
-        state.spent = max(state.spent, limits.spent_nanos)
+        if state.period != limits.period:
+            # A new period (or another kind of one): its spend so far is the ledger's. Holds of
+            # requests still running carry over; they settle into the period they end in.
+            state.period = limits.period
+            state.spent = limits.spent_nanos
+        else:
+            state.spent = max(state.spent, limits.spent_nanos)
         state.touched = now
         return state
 

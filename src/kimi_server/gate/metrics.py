@@ -19,6 +19,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from kimi_server.gate.upstream_metrics import UpstreamStates, watch_upstreams
+
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series only double the output
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 ENGINE_REFRESH_SECONDS = 1.0
@@ -39,7 +41,8 @@ class _EngineCollector(Collector):
         busy = GaugeMetricFamily("kimi_engine_slots_busy", "Generation calls running on an engine", labels=["engine"])
         queued = GaugeMetricFamily("kimi_engine_queued", "Requests waiting for an engine slot", labels=["engine"])
         cache = GaugeMetricFamily(
-            "kimi_engine_prompt_cache", "The engine's prompt-cache counters (hits, misses, writes, held)",
+            "kimi_engine_prompt_cache",
+            "The engine's prompt-cache counters (hits, misses, writes, held)",
             labels=["engine", "counter"],
         )
         for name, stats in self._stats():
@@ -64,8 +67,11 @@ class Metrics:
             "kimi_request_duration_seconds", "Request latency", ["endpoint"], buckets=LATENCY_BUCKETS, registry=r
         )
         self.ttft = Histogram(
-            "kimi_time_to_first_token_seconds", "Time to the first generated token", ["model"],
-            buckets=LATENCY_BUCKETS, registry=r,
+            "kimi_time_to_first_token_seconds",
+            "Time to the first generated token",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.tokens = Counter("kimi_tokens", "Tokens by class", ["model", "class"], registry=r)
         self.rejections = Counter("kimi_rejections", "Requests refused, by reason", ["reason"], registry=r)
@@ -76,16 +82,24 @@ class Metrics:
             "kimi_prompt_cache_hits", "Requests that reused a cached prompt prefix", ["model"], registry=r
         )
         self.degraded = Gauge(
-            "kimi_ratelimit_degraded", "1 while the shared (Redis) limits are unreachable", registry=r,
+            "kimi_ratelimit_degraded",
+            "1 while the shared (Redis) limits are unreachable",
+            registry=r,
             multiprocess_mode="livemax",
         )
         self.ledger_rows = Counter("kimi_ledger_rows", "Usage rows handed to the ledger", registry=r)
+        # What the ledger rows cost at the configured prices (a float: dashboards, not accounting).
+        self.spend = Counter("kimi_spend_usd", "Cost of the requests metered, in USD", ["model"], registry=r)
 
     def watch_engines(self, stats: EngineStats) -> None:
         if multiprocess():
             _EngineGauges(stats, self.registry).start()
         else:
             self.registry.register(_EngineCollector(stats))
+
+    def watch_upstreams(self, states: UpstreamStates) -> None:
+        """Each upstream's breaker state, read at scrape time (``gate/upstream_metrics.py``)."""
+        watch_upstreams(self.registry, states)
 
     def set_degraded(self, down: bool) -> None:
         self.degraded.set(1 if down else 0)
@@ -105,13 +119,26 @@ class _EngineGauges:
 
     def __init__(self, stats: EngineStats, registry: CollectorRegistry) -> None:
         self._stats = stats
-        self._busy = Gauge("kimi_engine_slots_busy", "Generation calls running on an engine", ["engine"],
-                           registry=registry, multiprocess_mode="livesum")
-        self._queued = Gauge("kimi_engine_queued", "Requests waiting for an engine slot", ["engine"],
-                             registry=registry, multiprocess_mode="livesum")
+        self._busy = Gauge(
+            "kimi_engine_slots_busy",
+            "Generation calls running on an engine",
+            ["engine"],
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self._queued = Gauge(
+            "kimi_engine_queued",
+            "Requests waiting for an engine slot",
+            ["engine"],
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
         self._cache = Gauge(
-            "kimi_engine_prompt_cache", "The engine's prompt-cache counters (hits, misses, writes, held)",
-            ["engine", "counter"], registry=registry, multiprocess_mode="livesum",
+            "kimi_engine_prompt_cache",
+            "The engine's prompt-cache counters (hits, misses, writes, held)",
+            ["engine", "counter"],
+            registry=registry,
+            multiprocess_mode="livesum",
         )
 
     def start(self) -> None:

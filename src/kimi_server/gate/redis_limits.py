@@ -23,7 +23,8 @@ from kimi_server.gate.limits import Decision, Limits, LocalLimiter, Reason, Snap
 log = logging.getLogger(__name__)
 
 # KEYS[1]: the key's hash. ARGV: mode (0 peek, 1 reserve, 2 settle), rpm, tpm, budget
-# (-1: none), spent seed, tokens (reserve: to take; settle: to refund), hold, cost.
+# (-1: none), spent seed, tokens (reserve: to take; settle: to refund), hold, cost, budget period
+# (a new one restarts the spent figure from the seed).
 # Returns {admitted, reason (0 none, 1 requests, 2 tokens, 3 quota), requests left * 1000,
 # tokens left * 1000, wait ms}.
 _SCRIPT = """
@@ -32,7 +33,8 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local mode, rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local budget, seed = tonumber(ARGV[4]), tonumber(ARGV[5])
 local tokens, hold, cost = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local h = redis.call('HMGET', KEYS[1], 'r', 'rt', 't', 'tt', 'spent', 'held')
+local period = ARGV[9]
+local h = redis.call('HMGET', KEYS[1], 'r', 'rt', 't', 'tt', 'spent', 'held', 'p')
 local function level(v, at, limit)
   if limit <= 0 then return 0 end
   if not v then return limit end
@@ -40,7 +42,8 @@ local function level(v, at, limit)
 end
 local r = level(h[1], h[2], rpm)
 local tk = level(h[3], h[4], tpm)
-local spent = math.max(tonumber(h[5] or 0), seed)
+local spent = seed
+if (h[7] or '0') == period then spent = math.max(tonumber(h[5] or 0), seed) end
 local held = tonumber(h[6] or 0)
 local admitted, reason, wait = 1, 0, 0
 if mode == 1 then
@@ -61,7 +64,7 @@ elseif mode == 2 then
   spent = spent + cost
 end
 redis.call('HSET', KEYS[1], 'r', tostring(r), 'rt', tostring(now), 't', tostring(tk), 'tt', tostring(now),
-  'spent', tostring(spent), 'held', tostring(held))
+  'spent', tostring(spent), 'held', tostring(held), 'p', period)
 redis.call('EXPIRE', KEYS[1], 900)
 return {admitted, reason, math.floor(r * 1000), math.floor(tk * 1000), math.floor(wait * 1000)}
 """
@@ -90,7 +93,7 @@ class RedisLimiter:
         if self._down_since is not None and time.monotonic() - self._down_since < RETRY_SECONDS:
             return None
         budget = limits.budget_nanos if limits.budget_nanos is not None else -1
-        args = [mode, limits.rpm or 0, limits.tpm or 0, budget, limits.spent_nanos, tokens, hold, cost]
+        args = [mode, limits.rpm or 0, limits.tpm or 0, budget, limits.spent_nanos, tokens, hold, cost, limits.period]
         try:
             result = await self._call(f"{self._prefix}rl:{key_id}", args)
         except (RedisError, OSError) as exc:

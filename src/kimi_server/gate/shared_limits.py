@@ -28,7 +28,7 @@ LOCK_WAIT = 2.0  # seconds a call retries a busy file before falling back to thi
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS buckets (
     key_id TEXT PRIMARY KEY, requests REAL, requests_at REAL, tokens REAL, tokens_at REAL,
-    spent INTEGER, held INTEGER)"""
+    spent INTEGER, held INTEGER, period INTEGER)"""
 
 
 class SqliteLimiter:
@@ -50,18 +50,18 @@ class SqliteLimiter:
         conn.execute("BEGIN IMMEDIATE")
         try:
             row = conn.execute(
-                "SELECT requests, requests_at, tokens, tokens_at, spent, held FROM buckets WHERE key_id = ?",
+                "SELECT requests, requests_at, tokens, tokens_at, spent, held, period FROM buckets WHERE key_id = ?",
                 (key_id,),
             ).fetchone()
             keys = self._work._keys
             keys.clear()
             if row is not None:
-                keys[key_id] = _KeyState(_Bucket(row[0], row[1]), _Bucket(row[2], row[3]), row[4], row[5])
+                keys[key_id] = _KeyState(_Bucket(row[0], row[1]), _Bucket(row[2], row[3]), row[4], row[5], row[6])
             result = op(self._work)
             s = keys[key_id]
             conn.execute(
-                "INSERT OR REPLACE INTO buckets VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (key_id, s.requests.level, s.requests.at, s.tokens.level, s.tokens.at, s.spent, s.held),
+                "INSERT OR REPLACE INTO buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (key_id, s.requests.level, s.requests.at, s.tokens.level, s.tokens.at, s.spent, s.held, s.period),
             )
             conn.execute("COMMIT")
         except BaseException:
@@ -81,8 +81,9 @@ class SqliteLimiter:
                 if not busy or time.monotonic() > deadline:
                     # Like an unreachable Redis: requests go on, limited by this worker alone.
                     if not self._warned:
-                        log.warning("shared limits file unusable (%s): this worker counts alone for now",
-                                    type(exc).__name__)
+                        log.warning(
+                            "shared limits file unusable (%s): this worker counts alone for now", type(exc).__name__
+                        )
                         self._warned = True
                     return op(self._fallback)
                 await asyncio.sleep(pause)

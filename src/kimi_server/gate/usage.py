@@ -12,8 +12,15 @@ from kimi_server.store.db import Database
 from kimi_server.store.models import ApiKeyRow, UsageRow
 
 GroupBy = Literal["model", "key", "day"]
-_SUMS = ("prompt_tokens", "cached_tokens", "cache_write_tokens", "reasoning_tokens", "completion_tokens",
-         "web_search_calls", "cost_nanos")
+_SUMS = (
+    "prompt_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "completion_tokens",
+    "web_search_calls",
+    "cost_nanos",
+)
 # Requests whose engine reported no counts (see the ledger's usage_source): how much of a total
 # the server counted with a tokenizer, and how much it could only estimate.
 _BY_SOURCE = {"server_counted_requests": "server_count", "server_estimated_requests": "server_estimate"}

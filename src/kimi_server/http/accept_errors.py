@@ -42,8 +42,7 @@ class AcceptErrorDigest(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "out of resources"
         record.msg = (
-            "accept() failed: %s (%d more failures since the last line); new connections wait "
-            "until descriptors free up"
+            "accept() failed: %s (%d more failures since the last line); new connections wait until descriptors free up"
         )
         record.args = (reason, folded)
         record.exc_info = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 
 from kimi_server.errors import APIError, AuthenticationError, PermissionDeniedError
-from kimi_server.gate.auth import digest
+from kimi_server.gate.key_hash import digest
 
 
 def bearer_token(authorization: str | None) -> str | None:

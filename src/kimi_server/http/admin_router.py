@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from kimi_server.errors import NotFoundError
 from kimi_server.gate.gateway import Gateway
 from kimi_server.gate.key_checks import MAX_BUDGET_USD, MAX_COUNT, MAX_NAME_CHARS, check_instant, check_text
-from kimi_server.gate.keys import KeyChanges
+from kimi_server.gate.keys import KeyChanges, KeyRecord
 from kimi_server.gate.usage import usage_totals
 from kimi_server.http.admin_key import admin_key_refusal
 from kimi_server.http.state import app_state
@@ -44,15 +44,24 @@ class KeyFields(BaseModel):
     # Output tokens of this key's requests that name no cap.
     max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_OUTPUT_TOKENS, strict=True)
     budget_usd: Decimal | None = Field(default=None, ge=0, le=MAX_BUDGET_USD)
+    # none | daily | weekly | monthly (UTC); checked in gate/key_checks.py, for the CLI too.
+    budget_period: str | None = Field(default=None, max_length=16)
+    soft_budget_usd: Decimal | None = Field(default=None, ge=0, le=MAX_BUDGET_USD)
     expires_at: datetime | None = None
     models: list[str] | None = Field(default=None, max_length=100)
     allow_unpriced_budget: bool = False  # keep a budget even where some models have no price
 
     def changes(self, clear: frozenset[str] = frozenset()) -> KeyChanges:
         return KeyChanges(
-            rpm=self.rpm, tpm=self.tpm, budget_usd=self.budget_usd, expires_at=self.expires_at,
-            models=frozenset(self.models) if self.models is not None else None, clear=clear,
+            rpm=self.rpm,
+            tpm=self.tpm,
+            budget_usd=self.budget_usd,
+            expires_at=self.expires_at,
+            models=frozenset(self.models) if self.models is not None else None,
+            clear=clear,
             max_output_tokens=self.max_output_tokens,
+            budget_period=self.budget_period,
+            soft_budget_usd=self.soft_budget_usd,
             allow_unpriced_budget=self.allow_unpriced_budget,
         )
 
@@ -62,7 +71,7 @@ class KeyCreate(KeyFields):
 
 
 class KeyUpdate(KeyFields):
-    clear: list[Literal["rpm", "tpm", "budget", "expires", "models", "max_output_tokens"]] = Field(
+    clear: list[Literal["rpm", "tpm", "budget", "expires", "models", "max_output_tokens", "soft_budget"]] = Field(
         default_factory=list
     )
 
@@ -74,22 +83,27 @@ async def create_key(body: KeyCreate, gw: Gateway = Depends(admin_gateway)) -> d
     return {**record.as_dict(), "secret": secret}
 
 
+async def _shown(gw: Gateway, record: KeyRecord) -> dict[str, Any]:
+    """The key's public view, with its soft budget's alert in the current period (or null)."""
+    return {**record.as_dict(), "soft_budget_alert": await gw.alerts.state(record)}
+
+
 @router.get("/keys")
 async def list_keys(gw: Gateway = Depends(admin_gateway)) -> dict[str, Any]:
-    """Every key, with its spend so far; never a secret."""
-    return {"object": "list", "data": [r.as_dict() for r in await gw.keys.list()]}
+    """Every key, with its spend so far (all of it, and in its budget period); never a secret."""
+    return {"object": "list", "data": [await _shown(gw, r) for r in await gw.keys.list()]}
 
 
 @router.get("/keys/{key}")
 async def show_key(key: str, gw: Gateway = Depends(admin_gateway)) -> dict[str, Any]:
     """One key, by id or name."""
-    return (await gw.keys.get(key)).as_dict()
+    return await _shown(gw, await gw.keys.get(key))
 
 
 @router.patch("/keys/{key}")
 async def update_key(key: str, body: KeyUpdate, gw: Gateway = Depends(admin_gateway)) -> dict[str, Any]:
-    """Changes a key's limits; ``clear`` removes them."""
-    return (await gw.keys.update(key, body.changes(frozenset(body.clear)))).as_dict()
+    """Changes a key's limits; ``clear`` removes them (``budget_period: "none"``: a lifetime budget)."""
+    return await _shown(gw, await gw.keys.update(key, body.changes(frozenset(body.clear))))
 
 
 @router.delete("/keys/{key}")
@@ -116,4 +130,3 @@ async def usage(
         except NotFoundError:
             key_id = key  # a static key's id
     return {"object": "list", "data": await usage_totals(gw.db, key_id=key_id, since=since, by=by)}
-

@@ -1,4 +1,5 @@
-"""The one step a generating route takes before the engine: the key's limits, then its turn.
+"""The one step a generating route takes before the engine (``admit_request``): the prompt's
+size, the key's limits, then its turn in the engine's queue.
 
 The prompt is measured first (its size, then its tokens counted by the engine's own tokenizer:
 a 400 at once for what cannot fit). The gateway then reserves the key's requests,
@@ -10,18 +11,23 @@ engine to call: metered when the gateway is on.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Any
 
 from fastapi import Request
 
-from kimi_server.engines.base import Engine
+from kimi_server.engines.base import AsyncStream, Engine, PromptCounter
+from kimi_server.engines.owner import current_owner
 from kimi_server.engines.types import GenerationRequest
+from kimi_server.gate.admission import Ticket
 from kimi_server.gate.auth import Principal
-from kimi_server.gate.gateway import MeteredEngine
-from kimi_server.http.overload import admit, measure_prompt
+from kimi_server.gate.metering import MeteredEngine
+from kimi_server.gate.ticket import request_record
+from kimi_server.http.guard import TICKETS
+from kimi_server.http.overload import admission_set, until_disconnected
 from kimi_server.http.state import app_state
+from kimi_server.policy.prompt_size import check_prompt_size, check_prompt_tokens
 
 
 async def admit_request(
@@ -41,15 +47,48 @@ async def admit_request(
     # The prompt's size (400s) and its real token count, before anything is reserved.
     prompt_tokens = await measure_prompt(request, engine, gen, param=param)
     if gateway is None:
-        await admit(request, principal, engine, gen, param=param)
+        await take_turn(request, principal, engine)
         return engine
-    ticket = await gateway.admit(request, principal, gen, endpoint, prompt_tokens=prompt_tokens)
+    record = request_record(request.scope)
+    ticket = await gateway.reserve(record, principal, gen, endpoint, prompt_tokens=prompt_tokens)
     try:
-        await admit(request, principal, engine, gen, param=param)
+        await take_turn(request, principal, engine)
     except BaseException:
         gateway.refund(ticket)
         raise
     return gateway.metered(engine, ticket, request, searches=searches)
+
+
+async def measure_prompt(request: Request, engine: Engine, gen: GenerationRequest, *, param: str) -> int | None:
+    """The prompt's size, checked before the request reserves or waits for anything: first the
+    cheap bound on messages, parts and characters (nothing tokenized, so a huge body costs
+    little), then the engine's own token count (400s naming the numbers). Returns that count;
+    None for an engine that cannot count (sized by characters only)."""
+    limits = admission_set(request.app).prompt_limits(engine)
+    check_prompt_size(gen, limits, param=param)
+    if not isinstance(engine, PromptCounter):
+        return None
+    tokens = await engine.count_prompt_tokens(gen)
+    if tokens is not None:
+        check_prompt_tokens(tokens, gen, limits, bound=engine.prompt_token_limit(), param=param)
+    return tokens
+
+
+async def take_turn(request: Request, principal: Principal, engine: Engine) -> Ticket:
+    """A fair turn at the engine, for a request whose size ``measure_prompt`` checked. The guard
+    releases the ticket at the end of the request (response sent, stream ended or client gone);
+    ``ticket.release()`` may do it sooner."""
+    tickets: list[Ticket] | None = request.scope.get(TICKETS)
+    if tickets is None:
+        raise RuntimeError("OverloadGuard is not installed")
+    current_owner.set(principal.key_id)  # per-tenant engine counters (engines/owner.py)
+    queue = admission_set(request.app).for_engine(engine)
+    ticket = queue.admit_now(principal.key_id)  # a free place: no waiting, no watcher task
+    if ticket is None:
+        # A client that leaves while waiting gives its place back (nothing else would notice).
+        ticket = await until_disconnected(request, queue.admit(principal.key_id), discard=Ticket.release)
+    tickets.append(ticket)
+    return ticket
 
 
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -73,9 +112,9 @@ class Rounds:
         if self._metered is not None:
             self._metered.abandon(self._searches())
 
-    async def events(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, events: AsyncStream[dict[str, Any]]) -> AsyncGenerator[dict[str, Any], None]:
         try:
-            async with aclosing(events):  # type: ignore[type-var]
+            async with aclosing(events):
                 async for event in events:
                     if event.get("type") in TERMINAL:
                         await self.commit()

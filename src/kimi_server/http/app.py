@@ -8,19 +8,22 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from kimi_server import __version__
+from kimi_server.console import install_console
 from kimi_server.gate.auth import KeyRing
 from kimi_server.gate.gateway import Gateway
 from kimi_server.gate.metrics import Metrics
+from kimi_server.gate.upstream_metrics import breaker_states
 from kimi_server.http import cache_router, chat_router, docs_router, models_router, responses_router
 from kimi_server.http.admin_router import router as admin_api
 from kimi_server.http.coalesce import CoalesceStreams
 from kimi_server.http.errors import install_error_handlers
+from kimi_server.http.guard import OverloadGuard
 from kimi_server.http.key_info_router import router as key_info_api
 from kimi_server.http.limits import BodySizeLimit
 from kimi_server.http.metrics_router import router as metrics_api
-from kimi_server.http.overload import AdmissionSet, OverloadGuard
+from kimi_server.http.overload import AdmissionSet
 from kimi_server.http.request_context import RequestContext
-from kimi_server.http.state import AppState
+from kimi_server.http.state import AppState, authenticate
 from kimi_server.media.intake import MediaIntake
 from kimi_server.search.setup import build_searcher
 from kimi_server.serving.common import EngineSet
@@ -32,6 +35,7 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     # stored keys, limits, ledger and metrics; off when gateway_enabled is false.
     metrics = Metrics()
     metrics.watch_engines(lambda: [(e.name, e.stats()) for e in engines.unique()])
+    metrics.watch_upstreams(lambda: breaker_states(engines.unique()))
     gateway = Gateway(settings, metrics) if settings.gateway_enabled else None
 
     @asynccontextmanager
@@ -73,12 +77,13 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     app.include_router(cache_router.router)
     # fair admission per engine; the guard checks the key before the body.
     app.state.kimi_admission = AdmissionSet(engines.unique(), settings)
-    check_key = (lambda raw: gateway.principal(keys, raw)) if gateway is not None else None
-    app.add_middleware(OverloadGuard, keys=keys, settings=settings, check_key=check_key)
+    state: AppState = app.state.kimi
+    app.add_middleware(OverloadGuard, check_key=lambda raw: authenticate(state, raw), settings=settings)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     # admin API, /metrics, request ids and limit headers on every response.
     app.include_router(admin_api)
     app.include_router(metrics_api)
+    install_console(app)  # /console: its own sign-in; / points to it
     app.add_middleware(RequestContext, metrics=metrics)
     app.add_middleware(CoalesceStreams)  # one write per ready batch of events
     return app

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from kimi_server.gate.auth import Principal
 from kimi_server.http.admit import admit_request
+from kimi_server.http.generating import ERRORS, named_engine, sse_response
 from kimi_server.http.overload import until_disconnected
 from kimi_server.http.sse import chat_event_sse, prime
 from kimi_server.http.state import app_state, authenticated
@@ -16,17 +17,11 @@ from kimi_server.media import intake as media_intake
 from kimi_server.policy.output_caps import output_defaults
 from kimi_server.policy.profiles import contracts
 from kimi_server.protocol.chat import ChatCompletionRequest
-from kimi_server.protocol.common import ErrorBody
 from kimi_server.serving import chat
 from kimi_server.serving.chat_request import build_chat_request
 from kimi_server.serving.web_search import check_search_tools, resolve_chat_searches
 
 router = APIRouter(tags=["Chat Completions"])
-
-# What the server really returns (docs/contract.md, Errors); invalid input is a 400, never 422.
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 500, 503)
-}
 
 
 @router.post("/v1/chat/completions", responses=ERRORS)
@@ -37,7 +32,7 @@ async def create_chat_completion(
 ) -> Any:
     """Creates a model response for the conversation; SSE when ``stream`` is true."""
     state = app_state(request)
-    engine = state.engines.for_model(body.model) if body.model in state.engines.served() else None
+    engine = named_engine(state, body.model)
     gen = build_chat_request(
         body,
         served=state.engines.served(),
@@ -61,8 +56,4 @@ async def create_chat_completion(
         return JSONResponse(await until_disconnected(request, chat.complete(engine, gen)))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     events = await until_disconnected(request, prime(engine.generate(gen)))
-    return StreamingResponse(
-        chat_event_sse(events, gen.model, include_usage=include_usage),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return sse_response(chat_event_sse(events, gen.model, include_usage=include_usage))

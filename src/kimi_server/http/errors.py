@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -9,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Send
 
 from kimi_server.errors import APIError, InternalServerError, InvalidRequestError
 from kimi_server.logsafe import log_failure
@@ -20,12 +22,23 @@ def error_response(error: APIError) -> JSONResponse:
     return JSONResponse(error.to_body(), status_code=error.status_code, headers=error_headers(error))
 
 
+async def send_error(send: Send, error: APIError, *, close: bool = False) -> None:
+    """The same answer as ``error_response``, written by pure ASGI middleware (which answers
+    before any route runs). ``close``: the connection ends with it (a body left unread)."""
+    body = json.dumps(error.to_body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error_headers(error).items()]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 # headers that go with an error: when to retry, and how to authenticate.
 def error_headers(error: APIError) -> dict[str, str]:
     headers: dict[str, str] = {}
-    retry_after = getattr(error, "retry_after", None)
-    if isinstance(retry_after, int):
-        headers["Retry-After"] = str(retry_after)
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
     if error.status_code == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="kimi-server"'
     return headers

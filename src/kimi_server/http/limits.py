@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kimi_server.errors import PayloadTooLargeError
+from kimi_server.http.errors import send_error
 
 
 class BodySizeLimit:
@@ -59,22 +58,8 @@ class BodySizeLimit:
             await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        error = PayloadTooLargeError(
-            f"The request body is larger than this server accepts ({self.max_bytes} bytes)."
-        )
-        body = json.dumps(error.to_body()).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),  # the rest of the body is never read
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        error = PayloadTooLargeError(f"The request body is larger than this server accepts ({self.max_bytes} bytes).")
+        await send_error(send, error, close=True)  # the rest of the body is never read
 
 
 class _TooLarge(Exception):

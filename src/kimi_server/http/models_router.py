@@ -21,9 +21,7 @@ router = APIRouter()
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}}
 
 
-def _model(
-    spec: ModelSpec, engines: EngineSet, output_defaults: dict[str, int], settings: Settings
-) -> dict[str, Any]:
+def _model(spec: ModelSpec, engines: EngineSet, output_defaults: dict[str, int], settings: Settings) -> dict[str, Any]:
     model: dict[str, Any] = {"id": spec.id, "object": "model", "created": spec.created, "owned_by": spec.owned_by}
     # Whose API rules this model follows (policy/profiles.py): a client can tell what to send.
     model["contract"] = contract_for(settings, spec.id).name

@@ -7,17 +7,17 @@ from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from kimi_server.gate.auth import Principal
 from kimi_server.http.admit import Rounds, admit_request
+from kimi_server.http.generating import ERRORS, named_engine, sse_response
 from kimi_server.http.overload import until_disconnected
 from kimi_server.http.sse import event_frame, prime
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.media import intake as media_intake
 from kimi_server.policy.output_caps import output_defaults
 from kimi_server.policy.profiles import contracts
-from kimi_server.protocol.common import ErrorBody
 from kimi_server.protocol.responses import ResponsesRequest
 from kimi_server.serving import (
     responses,
@@ -27,11 +27,6 @@ from kimi_server.serving.responses_request import build_responses_request
 from kimi_server.serving.web_search import check_search_tools
 
 router = APIRouter(tags=["Responses"])
-
-# What the server really returns (docs/contract.md, Errors); invalid input is a 400, never 422.
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 500, 503)
-}
 
 
 async def responses_sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -48,11 +43,10 @@ async def create_response(
 ) -> Any:
     """Creates a model response; SSE when ``stream`` is true. Stateless: nothing is stored."""
     state = app_state(request)
-    served = state.engines.served()
-    engine = state.engines.for_model(body.model) if body.model in served else None
+    engine = named_engine(state, body.model)
     plan = build_responses_request(
         body,
-        served=served,
+        served=state.engines.served(),
         budgets=state.settings.budgets,
         key_id=principal.key_id,
         accepts_images=engine.accepts_images() if engine else False,
@@ -94,11 +88,7 @@ async def create_response(
         except BaseException:
             rounds.abandon()
             raise
-        return StreamingResponse(
-            responses_sse(rounds.events(responses_search.stream(builder, engine, first))),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return sse_response(responses_sse(rounds.events(responses_search.stream(builder, engine, first))))
     if not body.stream:
 
         async def answer() -> dict[str, Any]:
@@ -108,8 +98,4 @@ async def create_response(
         return JSONResponse(await until_disconnected(request, answer()))
     # The first engine event is pulled before anything is sent, so early failures are HTTP errors.
     events = await until_disconnected(request, prime(engine.generate(plan.gen)))
-    return StreamingResponse(
-        responses_sse(responses.stream(plan, state.sealer, events)),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return sse_response(responses_sse(responses.stream(plan, state.sealer, events)))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from contextlib import aclosing
 from typing import Any, Generic, TypeVar
 
+from kimi_server.engines.base import AsyncStream
 from kimi_server.engines.types import ContentDelta, EngineEvent, ReasoningDelta
 from kimi_server.errors import APIError, InternalServerError
 from kimi_server.logsafe import log_failure
@@ -35,7 +36,7 @@ def event_frame(event_type: str, obj: Any) -> bytes:
     return f"event: {event_type}\ndata: {_dumps(obj)}\n\n".encode()
 
 
-async def prime(events: AsyncIterator[T]) -> Primed[T]:
+async def prime(events: AsyncStream[T]) -> Primed[T]:
     """Pulls the first item now, so failures before any output become plain HTTP errors."""
     return Primed(await anext(events), events)
 
@@ -44,7 +45,7 @@ class Primed(Generic[T]):
     """The first item, then the rest straight from the source's own ``__anext__``: no
     generator of its own to resume for every streamed event."""
 
-    def __init__(self, first: T, events: AsyncIterator[T]) -> None:
+    def __init__(self, first: T, events: AsyncStream[T]) -> None:
         self._first: list[T] = [first]
         self._events = events
 
@@ -58,9 +59,7 @@ class Primed(Generic[T]):
 
     async def aclose(self) -> None:
         self._first.clear()
-        close = getattr(self._events, "aclose", None)
-        if close is not None:
-            await close()
+        await self._events.aclose()
 
 
 async def _ready(item: T) -> T:
@@ -113,10 +112,15 @@ class ChunkFramer:
             self._head = f'data: {head},"choices":[{{"index":0,"delta":'.encode()
             self._tail = (',"logprobs":null}]' + (',"usage":null' if len(keys) == 6 else "") + "}\n\n").encode()
         finish = choice["finish_reason"]
-        return b"".join((
-            self._head, _dumps(choice["delta"]).encode(), b',"finish_reason":',
-            b"null" if finish is None else _dumps(finish).encode(), self._tail,
-        ))
+        return b"".join(
+            (
+                self._head,
+                _dumps(choice["delta"]).encode(),
+                b',"finish_reason":',
+                b"null" if finish is None else _dumps(finish).encode(),
+                self._tail,
+            )
+        )
 
     def text(self, field: bytes, text: str) -> bytes:
         """The frame of ``{field: text}`` with no finish reason, for a stream whose envelope a
@@ -125,14 +129,14 @@ class ChunkFramer:
 
 
 async def chat_event_sse(
-    events: AsyncIterator[EngineEvent], model: str, *, include_usage: bool
-) -> AsyncIterator[bytes]:
+    events: AsyncStream[EngineEvent], model: str, *, include_usage: bool
+) -> AsyncGenerator[bytes, None]:
     """``chat_sse(stream_chunks(events, ...))`` in one generator, byte for byte: one generator
     layer per event instead of two, and the text and reasoning deltas (nearly every event of a
     stream) framed without building their chunk objects."""
     framer = ChunkFramer()
     builder = ChunkBuilder(model, include_usage=include_usage)
-    async with aclosing(events):  # type: ignore[type-var]
+    async with aclosing(events):
         try:
             yield framer.frame(builder.first())  # the envelope the text frames reuse
             async for event in events:
@@ -148,10 +152,10 @@ async def chat_event_sse(
     yield DONE
 
 
-async def chat_sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def chat_sse(chunks: AsyncStream[dict[str, Any]]) -> AsyncGenerator[bytes, None]:
     """Chat Completions framing: ``data:`` lines, an error event on failure, always ``[DONE]``."""
     framer = ChunkFramer()
-    async with aclosing(chunks):  # type: ignore[type-var]
+    async with aclosing(chunks):
         try:
             async for chunk in chunks:
                 yield framer.frame(chunk)

@@ -37,7 +37,7 @@ async def deep_health(engines: EngineSet) -> dict[str, Any]:
         elif hasattr(engine, "probe"):
             models.append(_labelled(engine.probe(), ids))
     reports = await asyncio.gather(*models, *upstreams)
-    model_reports, upstream_reports = reports[: len(models)], reports[len(models):]
+    model_reports, upstream_reports = reports[: len(models)], reports[len(models) :]
     ok = all(r.get("ok") for r in (*model_reports, *upstream_reports))
     return {"status": "ok" if ok else "degraded", "models": model_reports, "upstreams": upstream_reports}
 

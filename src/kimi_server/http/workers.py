@@ -43,6 +43,13 @@ def uses_embedded(engines: EngineSet) -> bool:
     return any(isinstance(engine, EmbeddedEngine) for engine in engines.unique())
 
 
+def uses_scripted(engines: EngineSet) -> bool:
+    """The test suite's fake engine (``KIMI_TEST_ENGINE``): one process, like the embedded one."""
+    from kimi_server.engines.scripted import ScriptedEngine
+
+    return any(isinstance(engine, ScriptedEngine) for engine in engines.unique())
+
+
 def usable_cores() -> int:
     """The cores this process may run on (a container's CPU set, not the host's count)."""
     if hasattr(os, "sched_getaffinity"):
@@ -54,7 +61,7 @@ def worker_count(settings: Settings, engines: EngineSet) -> int:
     """``settings.workers``, or its default; raises ValueError for N > 1 with the embedded engine."""
     embedded = uses_embedded(engines)
     if settings.workers is None:
-        return 1 if embedded or settings.test_engine else usable_cores()
+        return 1 if embedded or uses_scripted(engines) else usable_cores()
     if settings.workers > 1 and embedded:
         raise ValueError(
             "--workers above 1 needs every model relayed to upstreams: the embedded engine loads its "

@@ -108,8 +108,7 @@ def _check_image(data: bytes, where: str, limits: MediaLimits) -> None:
                 if width * height > limits.max_image_pixels:
                     raise refuse(
                         where,
-                        f"the image is {width}x{height} pixels, more than the "
-                        f"{limits.max_image_pixels} allowed.",
+                        f"the image is {width}x{height} pixels, more than the {limits.max_image_pixels} allowed.",
                         "media_too_large",
                     )
                 img.load()  # decodes everything: truncated or corrupt data fails here

@@ -123,8 +123,15 @@ class Fetcher:
             )
             await writer.drain()
             return await _read_response(reader, where, max_bytes)
-        except (OSError, ssl.SSLError, UnicodeError, ValueError, IndexError, asyncio.LimitOverrunError,
-                asyncio.IncompleteReadError):
+        except (
+            OSError,
+            ssl.SSLError,
+            UnicodeError,
+            ValueError,
+            IndexError,
+            asyncio.LimitOverrunError,
+            asyncio.IncompleteReadError,
+        ):
             raise refuse(where, "fetching the URL failed.", "media_fetch_failed") from None
         finally:
             writer.close()

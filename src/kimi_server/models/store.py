@@ -215,9 +215,7 @@ class ModelStore:
 
 
 @contextlib.contextmanager
-def transfer_progress(
-    console: Console, description: str, total: int | None
-) -> Iterator[Callable[[int], None]]:
+def transfer_progress(console: Console, description: str, total: int | None) -> Iterator[Callable[[int], None]]:
     """A bytes / speed / ETA bar; yields the function that advances it."""
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -243,9 +241,7 @@ def _check_written(out: HashingWriter, size: int | None, sha256: str | None, lab
     if size is not None and out.written != size:
         raise ModelPullError(f"{label}: got {out.written:,} bytes, expected {size:,}; not saved")
     if sha256 is not None and digest != sha256.lower():
-        raise ModelPullError(
-            f"{label}: sha256 {digest} does not match the expected {sha256}; not saved"
-        )
+        raise ModelPullError(f"{label}: sha256 {digest} does not match the expected {sha256}; not saved")
     return digest
 
 

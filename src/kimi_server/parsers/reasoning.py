@@ -3,7 +3,7 @@
 - ``prompted``: for models with no thinking mode of their own. The reasoning is a series of
   independent attempts at the reply, as many as the effort's floor asks for; the one the
   others agree with most is the answer, or under a grammar the draft of an answer generated in
-  a turn of its own (``engines/llamacpp/phases.py``, ``consensus.py``). The tags only keep an
+  a turn of its own (``engines/llamacpp/reasoning_step.py``, ``consensus.py``). The tags only keep an
   answer clean.
 - ``think-tags``: for models that think natively between ``<think>`` and ``</think>`` (Qwen3,
   DeepSeek-R1 style). One generation; the stream is split at the tags.
@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Literal
+
+from kimi_server.parsers.partial import partial_suffix
 
 
 @dataclass(frozen=True)
@@ -42,18 +44,13 @@ class ReasoningFormat:
         answer (or an attempt) ends at them, and cannot begin with them. A small
         model answering right after a tool result was seen to copy the result's wrapper and
         the result itself instead of answering."""
-        return tuple(
-            dict.fromkeys((self.opener.strip(), self.stop_marker, *THINK_TAGS, *TOOL_RESULT_TAGS))
-        )
+        return tuple(dict.fromkeys((self.opener.strip(), self.stop_marker, *THINK_TAGS, *TOOL_RESULT_TAGS)))
 
     @property
     def scaffold(self) -> tuple[str, ...]:
         """The follow-up's own sentences, around the draft: never part of an answer."""
         return tuple(
-            line.strip()
-            for part in self.follow_up.split("{draft}")
-            for line in part.splitlines()
-            if line.strip()
+            line.strip() for part in self.follow_up.split("{draft}") for line in part.splitlines() if line.strip()
         )
 
     @property
@@ -130,7 +127,7 @@ class ThinkTagSplitter:
                     self._buf = self._buf[idx + len(self._close) :]
                     self._state = "closed"
                     continue
-                keep = _partial_suffix(self._buf, self._close)
+                keep = partial_suffix(self._buf, self._close)
                 emit = self._buf[: len(self._buf) - keep]
                 if emit:
                     out.append(("reasoning", emit))
@@ -153,14 +150,6 @@ class ThinkTagSplitter:
         if self._state == "closed":
             rest = rest.lstrip()
         return [("reasoning" if self._state == "thinking" else "content", rest)] if rest else []
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
 
 
 class MarkerScrub:
@@ -207,7 +196,7 @@ class PhraseScrub:
         if not self._phrases:
             out, self._buf = self._buf, ""
             return out
-        keep = max((_partial_suffix(self._buf, p) for p in self._phrases), default=0)
+        keep = partial_suffix(self._buf, *self._phrases)
         # Whitespace is held too: what a removed phrase leaves at the end is dropped.
         body = self._buf[: len(self._buf) - keep]
         keep += len(body) - len(body.rstrip())

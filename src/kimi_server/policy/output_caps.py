@@ -31,7 +31,8 @@ def operator_default(settings: Settings, spec: ModelSpec) -> int:
 def output_defaults(settings: Settings, key_default: int | None) -> dict[str, int]:
     """Model id -> the cap a request from this key gets when it names none."""
     return {
-        spec.id: min(key_default, spec.max_output_tokens) if key_default is not None
+        spec.id: min(key_default, spec.max_output_tokens)
+        if key_default is not None
         else operator_default(settings, spec)
         for spec in CATALOGUE
     }

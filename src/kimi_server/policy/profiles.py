@@ -49,8 +49,14 @@ class ContractProfile:
     # Values the ``thinking.keep`` field may hold (Moonshot's "preserved thinking"); past
     # reasoning is rendered back either way, as under the reference.
     thinking_keep: tuple[str | None, ...] = (None,)
-    # Room for rules that only one vendor has (dynamic tools in system messages, ...): a new
-    # flag here, consulted by policy/rules.py, keeps serving code free of profile names.
+    # Tools declared in a system message ("dynamic tools", a Moonshot feature). Off, such a
+    # message is a 400 rather than silently ignored.
+    system_tools: bool = True
+    # The longest function name accepted (request or system-message tools). Names are letters,
+    # digits, '_' and '-', never starting with a digit, under every profile.
+    tool_name_max: int = 64
+    # Rules that only one vendor has are flags here, consulted by policy/rules.py, so serving
+    # code never asks a profile's name.
 
     def sampling_for(self, model_id: str, *, reasoning: bool) -> FixedSampling | None:
         modes = self.fixed_sampling.get(model_id)
@@ -59,6 +65,9 @@ class ContractProfile:
         return modes[0] if reasoning else modes[1]
 
 
+# The reference has no dynamic tools, but it only adds: a Moonshot client's system-message tools
+# are honoured rather than ignored (docs/contract.md). Names stay within the 64 characters that
+# OpenAI-compatible clients and upstreams accept.
 EVOLINK = ContractProfile(name="evolink", thinking=ThinkingField.IGNORED)
 
 MOONSHOT = ContractProfile(
@@ -68,6 +77,7 @@ MOONSHOT = ContractProfile(
     # modified on its current K-series model; temperature is 1.0 when thinking, 0.6 when not.
     fixed_sampling={"kimi-k3": (FixedSampling(temperature=1.0), FixedSampling(temperature=0.6))},
     thinking_keep=(None, "all"),
+    tool_name_max=256,
 )
 
 PROFILES: dict[ContractName, ContractProfile] = {p.name: p for p in (EVOLINK, MOONSHOT)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,9 +44,7 @@ def resolve_effort(spec: ModelSpec, effort: str | None, *, param: str) -> str:
 
 
 SamplingField = Literal["temperature", "top_p", "presence_penalty", "frequency_penalty"]
-SAMPLING_FIELDS: tuple[SamplingField, ...] = (
-    "temperature", "top_p", "presence_penalty", "frequency_penalty"
-)
+SAMPLING_FIELDS: tuple[SamplingField, ...] = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 
 
 def check_sampling(
@@ -76,8 +75,7 @@ def check_sampling(
         mode = ""
     if not math.isclose(value, fixed, rel_tol=0, abs_tol=1e-9):
         raise InvalidRequestError(
-            f"'{name}' = {value} is not supported by {spec.id}{mode}: it is fixed at {fixed}; "
-            "omit this field.",
+            f"'{name}' = {value} is not supported by {spec.id}{mode}: it is fixed at {fixed}; omit this field.",
             param=name,
             code="unsupported_value",
         )
@@ -105,9 +103,7 @@ def resolve_thinking(profile: ContractProfile, value: object, *, param: str = "t
     if profile.thinking is ThinkingField.IGNORED or value is None:
         return True
     if not isinstance(value, dict):
-        raise InvalidRequestError(
-            f"'{param}' must be an object such as {{\"type\": \"disabled\"}}.", param=param
-        )
+        raise InvalidRequestError(f'\'{param}\' must be an object such as {{"type": "disabled"}}.', param=param)
     kind = value.get("type")
     if kind not in THINKING_TYPES:
         raise InvalidRequestError(
@@ -189,6 +185,47 @@ def check_structured_output(spec: ModelSpec, kind: str, *, param: str) -> None:
         raise InvalidRequestError(
             f"'{param}' of type '{kind}' is not supported by {spec.id}; structured output is "
             "available only for the K3.1 series.",
+            param=param,
+            code="unsupported_parameter",
+        )
+
+
+TOOL_NAME_CHARS = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def check_tool_name(profile: ContractProfile, name: str, *, param: str) -> None:
+    """Letters, digits, '_' and '-', not starting with a digit, 1 to the profile's maximum
+    characters. Every tool, declared in the request or in a system message, meets one rule."""
+    limit = profile.tool_name_max
+    if not name:
+        raise InvalidRequestError(f"'{param}' must not be empty.", param=param, code="invalid_value")
+    if len(name) > limit:
+        raise InvalidRequestError(
+            f"'{param}' is {len(name)} characters long; a tool name has at most {limit}.",
+            param=param,
+            code="invalid_value",
+        )
+    if not TOOL_NAME_CHARS.fullmatch(name):
+        raise InvalidRequestError(
+            f"Invalid '{param}' {_shown(name)}: use only letters, digits, '_' and '-'.",
+            param=param,
+            code="invalid_value",
+        )
+    if name[0] in "0123456789":
+        raise InvalidRequestError(
+            f"Invalid '{param}' {_shown(name)}: a tool name must not start with a digit.",
+            param=param,
+            code="invalid_value",
+        )
+
+
+def check_system_tools(profile: ContractProfile, *, param: str) -> None:
+    """A system message's ``tools`` under a profile without dynamic tools: refused, never
+    silently dropped (the model would not see them and the client would not know)."""
+    if not profile.system_tools:
+        raise InvalidRequestError(
+            f"'{param}': tools declared in a system message are not supported by this server's "
+            "contract; declare them in the request's 'tools'.",
             param=param,
             code="unsupported_parameter",
         )

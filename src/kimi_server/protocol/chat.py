@@ -54,15 +54,21 @@ class ChatMessage(WireModel):
     reasoning_content: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    # Tools a system message declares (Moonshot's "dynamic tools"), checked field by field in
+    # serving/system_tools.py so each error names its exact place.
+    tools: Any = Field(
+        default=None,
+        description="system messages only: tools callable from this point on; the message's content is then empty",
+    )
 
     @model_validator(mode="after")
     def _role_rules(self) -> ChatMessage:
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a message with role 'tool' requires 'tool_call_id'")
         if self.role == "assistant":
-            if self.content is None and not self.tool_calls:
+            if self.content is None and not self.tool_calls and self.tools is None:
                 raise ValueError("an assistant message needs 'content' or 'tool_calls'")
-        elif self.content is None:
+        elif self.content is None and self.tools is None:
             raise ValueError(f"a message with role '{self.role}' requires 'content'")
         if self.tool_calls is not None and self.role != "assistant":
             raise ValueError("only assistant messages may carry 'tool_calls'")
@@ -100,9 +106,7 @@ class BuiltinFunctionTool(WireModel):
     function: BuiltinFunctionDefinition
 
 
-ChatTool = Annotated[
-    FunctionTool | WebSearchTool | BuiltinFunctionTool, Field(discriminator="type")
-]
+ChatTool = Annotated[FunctionTool | WebSearchTool | BuiltinFunctionTool, Field(discriminator="type")]
 
 
 class NamedFunction(WireModel):
@@ -164,5 +168,7 @@ class ChatCompletionRequest(WireModel):
     store: bool | None = None
     # Moonshot's reasoning switch, {"type": "enabled" | "disabled"}: checked by the contract
     # profile (policy/rules.py:resolve_thinking), which may also ignore it.
-    thinking: Any = Field(default=None, description='Moonshot\'s switch, {"type": "enabled" | "disabled"}; '
-                          "it applies under the moonshot contract only")
+    thinking: Any = Field(
+        default=None,
+        description='Moonshot\'s switch, {"type": "enabled" | "disabled"}; it applies under the moonshot contract only',
+    )

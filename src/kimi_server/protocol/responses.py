@@ -37,9 +37,7 @@ class FormatJSONSchema(WireModel):
     strict: bool | None = None
 
 
-TextFormat = Annotated[
-    FormatText | FormatJSONObject | FormatJSONSchema, Field(discriminator="type")
-]
+TextFormat = Annotated[FormatText | FormatJSONObject | FormatJSONSchema, Field(discriminator="type")]
 
 
 class TextParam(WireModel):
@@ -66,18 +64,14 @@ class NamespaceTool(WireModel):
     type: Literal["namespace"]
     name: str
     description: str | None = None
-    tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] = Field(
-        min_length=1
-    )
+    tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] = Field(min_length=1)
 
 
 class WebSearchTool(WireModel):
     type: Literal["web_search"]
 
 
-Tool = Annotated[
-    FunctionTool | CustomTool | NamespaceTool | WebSearchTool, Field(discriminator="type")
-]
+Tool = Annotated[FunctionTool | CustomTool | NamespaceTool | WebSearchTool, Field(discriminator="type")]
 
 
 class NamedTool(WireModel):
@@ -128,8 +122,10 @@ class ResponsesRequest(WireModel):
     frequency_penalty: float | None = None
     # Moonshot's reasoning switch, {"type": "enabled" | "disabled"}: checked by the contract
     # profile (policy/rules.py:resolve_thinking), which may also ignore it.
-    thinking: Any = Field(default=None, description='Moonshot\'s switch, {"type": "enabled" | "disabled"}; '
-                          "it applies under the moonshot contract only")
+    thinking: Any = Field(
+        default=None,
+        description='Moonshot\'s switch, {"type": "enabled" | "disabled"}; it applies under the moonshot contract only',
+    )
 
 
 # --- input items -----------------------------------------------------------------------------
@@ -163,7 +159,10 @@ Part = Annotated[InputText | InputImage | OutputText | Refusal, Field(discrimina
 class MessageItem(WireModel):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[Part]
+    # Required, except beside ``tools`` (serving/responses_input.py says so, naming the field).
+    content: str | list[Part] | None = None
+    # Tools a system or developer item declares, checked in serving/system_tools.py.
+    tools: Any = None
 
 
 class FunctionCallItem(WireModel):
@@ -278,9 +277,7 @@ def parse_items(raw: list[Any]) -> list[InputItem]:
             first = max(items_errors, key=lambda e: len(e["loc"]))
             param = _where(where, tuple(first["loc"]), obj)
             if first["type"] == "missing":
-                raise InvalidRequestError(
-                    f"Missing required parameter: '{param}'.", param=param
-                ) from None
+                raise InvalidRequestError(f"Missing required parameter: '{param}'.", param=param) from None
             msg = str(first["msg"]).removeprefix("Value error, ")
             raise InvalidRequestError(
                 f"Invalid value for '{param}': {msg}.", param=param, code="invalid_value"

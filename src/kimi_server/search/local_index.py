@@ -112,8 +112,7 @@ class LocalIndex:
         for p in paths:
             if p.is_dir():
                 files.extend(
-                    f for f in sorted(p.rglob("*"))
-                    if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES | HTML_SUFFIXES
+                    f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES | HTML_SUFFIXES
                 )
             elif p.is_file():
                 files.append(p)

@@ -32,9 +32,7 @@ class SearxngProvider:
         try:
             async with (
                 httpx.AsyncClient(timeout=self.timeout_s, follow_redirects=False) as client,
-                client.stream(
-                    "GET", f"{self.base_url}/search", params=params, headers=self._headers
-                ) as response,
+                client.stream("GET", f"{self.base_url}/search", params=params, headers=self._headers) as response,
             ):
                 if response.status_code != 200:
                     raise SearchFailed(f"the search service answered HTTP {response.status_code}")

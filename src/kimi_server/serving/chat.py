@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,9 +80,7 @@ async def complete(engine: Engine, request: GenerationRequest) -> dict[str, Any]
         "object": "chat.completion",
         "created": now(),
         "model": request.model,
-        "choices": [
-            {"index": 0, "message": message, "finish_reason": finish.reason, "logprobs": None}
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish.reason, "logprobs": None}],
         "usage": usage_dict(finish.usage),
     }
 
@@ -102,9 +100,7 @@ class ChunkBuilder:
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         out = {
             **self.base,
-            "choices": [
-                {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-            ],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
         }
         if self.include_usage:
             out["usage"] = None
@@ -137,7 +133,7 @@ class ChunkBuilder:
 
 async def stream_chunks(
     events: AsyncIterator[EngineEvent], model: str, *, include_usage: bool
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     """Chunk objects in order; the caller frames them as SSE and appends ``[DONE]``."""
     builder = ChunkBuilder(model, include_usage=include_usage)
     yield builder.first()

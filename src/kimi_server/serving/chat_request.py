@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from kimi_server.engines.types import (
@@ -34,6 +35,7 @@ from kimi_server.serving.common import (
     check_tool_choice,
     check_tools,
 )
+from kimi_server.serving.system_tools import declarations, declared_tools, in_force
 
 
 def _url(value: Any) -> str:
@@ -80,14 +82,33 @@ def convert_message(index: int, msg: ChatMessage, accepts_images: bool) -> Messa
     )
 
 
+def _content_empty(content: str | list[Any] | None) -> bool:
+    if isinstance(content, str):
+        return not content
+    return all(isinstance(part, TextPart) and not part.text for part in content or ())
+
+
+def _with_declarations(index: int, msg: ChatMessage, converted: Message, profile: ContractProfile) -> Message:
+    if msg.tools is None:
+        return converted
+    declared = declared_tools(
+        msg.tools,
+        role=msg.role,
+        content_empty=_content_empty(msg.content),
+        at=f"messages[{index}]",
+        profile=profile,
+        nested=True,
+        strict_default=False,
+    )
+    return replace(converted, tools=declared)
+
+
 def _tools(body: ChatCompletionRequest) -> list[ToolSpec]:
     out: list[ToolSpec] = []
     for tool in body.tools or ():
         if isinstance(tool, FunctionTool):
             fn = tool.function
-            out.append(
-                ToolSpec(fn.name, fn.description, fn.parameters, bool(fn.strict), "function")
-            )
+            out.append(ToolSpec(fn.name, fn.description, fn.parameters, bool(fn.strict), "function"))
         elif isinstance(tool, BuiltinFunctionTool):
             out.append(ToolSpec(tool.function.name, kind="web_search"))
         else:
@@ -139,30 +160,31 @@ def build_chat_request(
         default=(output_defaults or {}).get(spec.id),
     )
     options = body.prompt_cache_options
-    cache = rules.resolve_cache_options(
-        spec, options.model_dump() if options is not None else None
-    )
+    cache = rules.resolve_cache_options(spec, options.model_dump() if options is not None else None)
     if body.logprobs:
         raise InvalidRequestError("'logprobs' is not supported.", param="logprobs")
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     if len(stop) > 4:
         raise InvalidRequestError("'stop' takes at most 4 sequences.", param="stop")
-    tools = _tools(body)
-    check_tools(tools, "tools")
+    messages = tuple(
+        _with_declarations(i, m, convert_message(i, m, accepts_images), profile) for i, m in enumerate(body.messages)
+    )
+    tools = [*_tools(body), *declarations(messages)]
+    check_tools(tools, "tools", profile=profile)
     choice = _tool_choice(body)
     check_tool_choice(choice, tools, "tool_choice")
     fmt = _output_format(body)
     check_output_format(fmt, "response_format.json_schema")
-    messages = tuple(
-        convert_message(i, m, accepts_images) for i, m in enumerate(body.messages)
-    )
+    if choice.mode == "none":
+        tools = []
+    messages = in_force(messages, tools)
     return GenerationRequest(
         model=spec.id,
         messages=messages,
         effort=effort,
         budget=budget_for(budgets, effort),
         max_output_tokens=max_out,
-        tools=tuple(tools) if choice.mode != "none" else (),
+        tools=tuple(tools),
         tool_choice=choice,
         parallel_tool_calls=body.parallel_tool_calls is not False,
         output_format=fmt,

@@ -18,7 +18,9 @@ from kimi_server.engines.types import (
     ToolSpec,
 )
 from kimi_server.errors import InvalidRequestError, NotFoundError
+from kimi_server.policy import rules
 from kimi_server.policy.catalogue import ModelSpec
+from kimi_server.policy.profiles import DEFAULT_PROFILE, ContractProfile
 from kimi_server.policy.rules import CacheOptions
 from kimi_server.serving.schema_check import (
     MAX_TOTAL_SCHEMA_BYTES,
@@ -27,7 +29,6 @@ from kimi_server.serving.schema_check import (
 )
 
 TTL_SECONDS = {"5m": 300, "1h": 3600}
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 @dataclass(frozen=True)
@@ -76,30 +77,36 @@ SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def check_tools(
-    tools: list[ToolSpec], param: str, where: Sequence[str] | None = None
+    tools: list[ToolSpec],
+    param: str,
+    where: Sequence[str] | None = None,
+    *,
+    profile: ContractProfile = DEFAULT_PROFILE,
 ) -> None:
-    """``where`` names each tool's place when it is not ``param[i]`` (flattened namespaces)."""
+    """All the tools in force: the request's and those system messages declare. ``where``
+    names each tool's place when it is not ``tool.where`` or ``param[i]`` (namespaces)."""
+    places = [
+        where[i] if where is not None and i < len(where) else tool.where or f"{param}[{i}]"
+        for i, tool in enumerate(tools)
+    ]
     if len(tools) > MAX_TOOLS:
         raise InvalidRequestError(
-            f"'{param}' may hold at most {MAX_TOOLS} tools; {len(tools)} were given.",
-            param=param,
+            f"At most {MAX_TOOLS} tools may be in force (the request's and those its system "
+            f"messages declare); {len(tools)} were given.",
+            param=param if places[MAX_TOOLS].startswith(param) else places[MAX_TOOLS],
         )
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     total = 0
-    for i, tool in enumerate(tools):
+    for tool, at in zip(tools, places, strict=True):
         if tool.kind == "web_search":
             continue
-        at = where[i] if where is not None else f"{param}[{i}]"
-        if not TOOL_NAME.match(tool.name):
-            raise InvalidRequestError(
-                f"Invalid '{at}' name {tool.name!r}: use 1-64 letters, digits, '_' or '-'.",
-                param=f"{at}.name",
-            )
+        rules.check_tool_name(profile, tool.name, param=f"{at}.name")
         if tool.name in seen:
             raise InvalidRequestError(
-                f"Duplicate tool name {tool.name!r} in '{param}'.", param=f"{at}.name"
+                f"Duplicate tool name {tool.name!r}: '{at}' declares it again after '{seen[tool.name]}'.",
+                param=f"{at}.name",
             )
-        seen.add(tool.name)
+        seen[tool.name] = at
         if not isinstance(tool.strict, bool):
             raise InvalidRequestError(f"'{at}.strict' must be a boolean.", param=f"{at}.strict")
         if tool.kind == "custom":
@@ -116,18 +123,19 @@ def check_tools(
             total += schema_size(tool.parameters)
     if total > MAX_TOTAL_SCHEMA_BYTES:
         raise InvalidRequestError(
-            f"The tool parameter schemas in '{param}' add up to more than "
-            f"{MAX_TOTAL_SCHEMA_BYTES} bytes.",
+            f"The tool parameter schemas in '{param}' add up to more than {MAX_TOTAL_SCHEMA_BYTES} bytes.",
             param=param,
             code="invalid_schema",
         )
 
 
 def check_tool_choice(choice: ToolChoice, tools: list[ToolSpec], param: str) -> None:
+    """``tools``: every tool in force, system-message declarations included."""
     names = {t.name for t in tools if t.kind != "web_search"}
     if choice.mode == "required" and not tools:
         raise InvalidRequestError(
-            f"'{param}' is 'required' but no tools were given.", param=param
+            f"'{param}' is 'required' but no tools were given (in 'tools' or a system message).",
+            param=param,
         )
     if choice.mode == "named" and choice.name not in names:
         raise InvalidRequestError(
@@ -142,9 +150,7 @@ def check_output_format(fmt: OutputFormat, param: str) -> None:
     if fmt.kind != "json_schema":
         return
     if not fmt.name:
-        raise InvalidRequestError(
-            f"Missing required parameter: '{param}.name'.", param=f"{param}.name"
-        )
+        raise InvalidRequestError(f"Missing required parameter: '{param}.name'.", param=f"{param}.name")
     if not SCHEMA_NAME.match(fmt.name):
         raise InvalidRequestError(
             f"Invalid '{param}.name': use 1-64 letters, digits, '_' or '-'.", param=f"{param}.name"

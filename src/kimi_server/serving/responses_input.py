@@ -8,10 +8,11 @@ reasoning restored from the sealed ``encrypted_content``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from kimi_server.engines.types import Message, ToolCallRecord
+from kimi_server.engines.types import Message, ToolCallRecord, ToolSpec
 from kimi_server.errors import InvalidRequestError
+from kimi_server.policy.profiles import DEFAULT_PROFILE, ContractProfile
 from kimi_server.protocol.responses import (
     CustomToolCallItem,
     CustomToolCallOutputItem,
@@ -27,6 +28,7 @@ from kimi_server.protocol.responses import (
     ToolOutput,
     WebSearchCallItem,
 )
+from kimi_server.serving.system_tools import declared_tools
 
 ALLOWED_PARTS = {
     "user": ("input_text", "input_image"),
@@ -74,7 +76,10 @@ def _image(part: InputImage, where: str, accepts_images: bool) -> str:
 def _message(item: MessageItem, where: str, accepts_images: bool) -> Message:
     texts: list[str] = []
     images: list[str] = []
-    if isinstance(item.content, str):
+    if item.content is None:
+        if item.tools is None:
+            raise InvalidRequestError(f"Missing required parameter: '{where}.content'.", param=f"{where}.content")
+    elif isinstance(item.content, str):
         texts.append(item.content)
     else:
         allowed = ALLOWED_PARTS[item.role]
@@ -110,12 +115,32 @@ def _tool_output(output: ToolOutput, call_id: str, where: str, accepts_images: b
     return Message("tool", "\n".join(texts), images=tuple(images), tool_call_id=call_id)
 
 
+def _declared(item: MessageItem, where: str, profile: ContractProfile) -> tuple[ToolSpec, ...]:
+    content = item.content
+    empty = (
+        not content
+        if isinstance(content, str)
+        else all(isinstance(part, InputText) and not part.text for part in content or ())
+    )
+    # Responses tools are flat ({"type": "function", "name": ...}) and strict unless told not.
+    return declared_tools(
+        item.tools,
+        role=item.role,
+        content_empty=empty,
+        at=where,
+        profile=profile,
+        nested=False,
+        strict_default=True,
+    )
+
+
 def convert_items(
     items: list[InputItem],
     *,
     accepts_images: bool,
     open_reasoning: Callable[[str, str], str],
     flat_name: Callable[[str, str | None], str],
+    profile: ContractProfile = DEFAULT_PROFILE,
 ) -> list[Message]:
     out: list[Message] = []
     turn = _AssistantTurn()
@@ -142,6 +167,8 @@ def convert_items(
             blob = item.encrypted_content
             turn.reasoning.append(open_reasoning(blob, f"{where}.encrypted_content"))
         elif isinstance(item, MessageItem) and item.role == "assistant":
+            if item.tools is not None:
+                _declared(item, where, profile)  # refused: only system items declare tools
             if turn.texts or turn.calls:
                 flush()
             turn.texts.append(_message(item, where, accepts_images).text)
@@ -153,7 +180,10 @@ def convert_items(
         else:
             flush()
             if isinstance(item, MessageItem):
-                out.append(_message(item, where, accepts_images))
+                message = _message(item, where, accepts_images)
+                if item.tools is not None:
+                    message = replace(message, tools=_declared(item, where, profile))
+                out.append(message)
             elif isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem):
                 out.append(_tool_output(item.output, item.call_id, where, accepts_images))
     flush()

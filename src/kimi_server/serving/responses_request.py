@@ -42,6 +42,7 @@ from kimi_server.serving.common import (
 )
 from kimi_server.serving.responses_input import convert_items
 from kimi_server.serving.sealing import Sealer
+from kimi_server.serving.system_tools import declarations, in_force
 
 # A namespaced function reaches the model as "<namespace>__<name>" and returns to the client as
 # a function_call with "namespace" and "name" set apart again.
@@ -125,7 +126,7 @@ class _Tools:
     names: dict[str, WireName]
 
 
-def _tools(body: ResponsesRequest) -> _Tools:
+def _tools(body: ResponsesRequest, profile: ContractProfile) -> _Tools:
     out = _Tools([], [], [], {})
     for i, tool in enumerate(body.tools or ()):
         where = f"tools[{i}]"
@@ -145,10 +146,11 @@ def _tools(body: ResponsesRequest) -> _Tools:
                         code="unsupported_tool",
                     )
                 spec, one = _function(inner, tool.name)
-                if len(spec.name) > 64:
+                if len(spec.name) > profile.tool_name_max:
                     raise InvalidRequestError(
                         f"'{where}.tools[{j}]' reaches the model as {spec.name!r} (namespace and "
-                        "name joined by '__'), which is longer than 64 characters.",
+                        f"name joined by '__'), which is longer than {profile.tool_name_max} "
+                        "characters.",
                         param=f"{where}.tools[{j}].name",
                     )
                 out.specs.append(spec)
@@ -170,13 +172,10 @@ def _tools(body: ResponsesRequest) -> _Tools:
         out.specs.append(spec)
         out.where.append(where)
         out.echo.append(echo)
-    check_tools(out.specs, "tools", out.where)
     return out
 
 
-def _tool_choice(
-    body: ResponsesRequest, tools: list[ToolSpec]
-) -> tuple[ToolChoice, list[ToolSpec], Any]:
+def _tool_choice(body: ResponsesRequest, tools: list[ToolSpec]) -> tuple[ToolChoice, list[ToolSpec], Any]:
     """The choice, the tools the model may see under it, and its echo."""
     choice = body.tool_choice
     if choice is None or isinstance(choice, str):
@@ -216,8 +215,7 @@ def _check_include(body: ResponsesRequest) -> None:
     for i, value in enumerate(body.include or ()):
         if value not in INCLUDABLE:
             raise InvalidRequestError(
-                f"Invalid value for 'include[{i}]': {value!r}. Supported values: "
-                f"{', '.join(INCLUDABLE)}.",
+                f"Invalid value for 'include[{i}]': {value!r}. Supported values: {', '.join(INCLUDABLE)}.",
                 param=f"include[{i}]",
                 code="unsupported_value",
             )
@@ -245,7 +243,9 @@ def build_responses_request(
     for name in rules.SAMPLING_FIELDS:
         rules.check_sampling(spec, name, getattr(body, name), profile=profile, reasoning=reasoning)
     max_out = rules.resolve_max_output(
-        spec, primary=body.max_output_tokens, primary_name="max_output_tokens",
+        spec,
+        primary=body.max_output_tokens,
+        primary_name="max_output_tokens",
         default=(output_defaults or {}).get(spec.id),
     )
     options = body.prompt_cache_options
@@ -254,9 +254,7 @@ def build_responses_request(
     fmt, fmt_echo = _output_format(body)
     rules.check_structured_output(spec, fmt.kind, param="text.format")
     check_output_format(fmt, "text.format")
-    tools = _tools(body)
-    choice, visible, choice_echo = _tool_choice(body, tools.specs)
-    check_tool_choice(choice, visible, "tool_choice")
+    tools = _tools(body, profile)
 
     raw = body.input
     items = parse_items(raw) if isinstance(raw, list) else []
@@ -268,19 +266,28 @@ def build_responses_request(
         accepts_images=accepts_images,
         open_reasoning=lambda blob, param: sealer.open(blob, key_id=key_id, param=param),
         flat_name=flat_name,
+        profile=profile,
     )
     if not messages or all(m.role == "system" for m in messages):
         raise InvalidRequestError("'input' holds no conversation turn.", param="input")
+    # The request's tools and those system items declare: one set, one set of rules.
+    all_tools = [*tools.specs, *declarations(messages)]
+    check_tools(all_tools, "tools", tools.where, profile=profile)
+    choice, visible, choice_echo = _tool_choice(body, all_tools)
+    check_tool_choice(choice, visible, "tool_choice")
+    if choice.mode == "none":
+        visible = []
+    conversation = in_force(messages, visible)
 
     summary = (body.reasoning.summary if body.reasoning else None) or "auto"
     parallel = body.parallel_tool_calls is not False
     gen = GenerationRequest(
         model=spec.id,
-        messages=tuple(messages),
+        messages=conversation,
         effort=effort,
         budget=budget_for(budgets, effort),
         max_output_tokens=max_out,
-        tools=tuple(visible) if choice.mode != "none" else (),
+        tools=tuple(visible),
         tool_choice=choice,
         parallel_tool_calls=parallel,
         output_format=fmt,

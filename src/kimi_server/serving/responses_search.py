@@ -11,12 +11,12 @@ searches is only known then); the last round streams live.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kimi_server.engines.base import Engine
+from kimi_server.engines.base import AsyncStream, Engine
 from kimi_server.engines.types import (
     ContentDelta,
     EngineEvent,
@@ -37,6 +37,7 @@ from kimi_server.serving.sealing import Sealer
 
 SOURCES = "web_search_call.action.sources"
 RESULTS = "web_search_call.results"
+
 
 @dataclass
 class _Round:
@@ -61,9 +62,7 @@ class _Round:
 
     def without_searches(self, searches: set[str]) -> list[EngineEvent]:
         """The round's events minus its search calls (argument deltas carry no id: by index)."""
-        dropped = {
-            e.index for e in self.events if isinstance(e, ToolCallDelta) and e.id in searches
-        }
+        dropped = {e.index for e in self.events if isinstance(e, ToolCallDelta) and e.id in searches}
         return [e for e in self.events if not (isinstance(e, ToolCallDelta) and e.index in dropped)]
 
 
@@ -92,7 +91,7 @@ class SearchingBuilder(ResponseBuilder):
             item["results"] = [{"title": h.title, "url": h.url, "snippet": h.snippet} for h in outcome.hits]
         return item
 
-    async def _search(self, query: str) -> AsyncIterator[Event | SearchOutcome]:
+    async def _search(self, query: str) -> AsyncGenerator[Event | SearchOutcome, None]:
         index = self._take_index()
         item_id = new_id("ws_")
         ids = {"output_index": index, "item_id": item_id}
@@ -111,9 +110,7 @@ class SearchingBuilder(ResponseBuilder):
         yield self._done(index, self._search_item(item_id, status, run.outcome))
         yield run.outcome
 
-    async def run_searching(
-        self, engine: Engine, first: AsyncIterator[EngineEvent]
-    ) -> AsyncIterator[Event]:
+    async def run_searching(self, engine: Engine, first: AsyncStream[EngineEvent]) -> AsyncGenerator[Event, None]:
         """``first``: the first round's events, already primed by the router (so a request the
         engine refuses is still a plain HTTP error)."""
         for out in self._start():
@@ -127,7 +124,7 @@ class SearchingBuilder(ResponseBuilder):
             while searches < self.max_calls:
                 round_ = _Round([])
                 source = first if not searches else engine.generate(_rest(gen, messages, spent))
-                async with aclosing(source) as it:  # type: ignore[type-var]
+                async with aclosing(source) as it:
                     async for event in it:
                         round_.events.append(event)
                 finish = round_.finish()
@@ -141,18 +138,14 @@ class SearchingBuilder(ResponseBuilder):
                     Message(
                         "assistant",
                         text="".join(e.text for e in round_.events if isinstance(e, ContentDelta)),
-                        reasoning="".join(
-                            e.text for e in round_.events if isinstance(e, ReasoningDelta)
-                        ),
+                        reasoning="".join(e.text for e in round_.events if isinstance(e, ReasoningDelta)),
                         tool_calls=tuple(found),
                     )
                 )
                 for call in found:
                     async for step in self._search(query_of(call.arguments) or ""):
                         if isinstance(step, SearchOutcome):
-                            messages.append(
-                                Message("tool", as_tool_text(step), tool_call_id=call.id)
-                            )
+                            messages.append(Message("tool", as_tool_text(step), tool_call_id=call.id))
                         else:
                             yield step
                     searches += 1
@@ -164,11 +157,11 @@ class SearchingBuilder(ResponseBuilder):
                 yield out
             return
         if final is not None:
-            events: AsyncIterator[EngineEvent] = _replay(final)
+            events: AsyncStream[EngineEvent] = _replay(final)
         else:  # the search budget is spent: the model answers with what it found
             tools = tuple(t for t in gen.tools if t.kind != "web_search")
             events = engine.generate(replace(_rest(gen, messages, spent), tools=tools))
-        async with aclosing(self.run_answer(_with_usage(events, spent, self))) as answer:  # type: ignore[type-var]
+        async with aclosing(self.run_answer(_with_usage(events, spent, self))) as answer:
             async for out in answer:
                 yield out
 
@@ -180,15 +173,15 @@ def _rest(gen: GenerationRequest, messages: list[Message], spent: Usage) -> Gene
     return replace(gen, messages=tuple(messages), max_output_tokens=left)
 
 
-async def _replay(events: list[EngineEvent]) -> AsyncIterator[EngineEvent]:
+async def _replay(events: list[EngineEvent]) -> AsyncGenerator[EngineEvent, None]:
     for e in events:
         yield e
 
 
 async def _with_usage(
-    events: AsyncIterator[EngineEvent], spent: Usage, builder: SearchingBuilder
-) -> AsyncIterator[EngineEvent]:
-    async with aclosing(events):  # type: ignore[type-var]
+    events: AsyncStream[EngineEvent], spent: Usage, builder: SearchingBuilder
+) -> AsyncGenerator[EngineEvent, None]:
+    async with aclosing(events):
         async for e in events:
             if isinstance(e, Finish):
                 total = spent + e.usage
@@ -200,15 +193,11 @@ def has_web_search(gen: GenerationRequest) -> bool:
     return any(t.kind == "web_search" for t in gen.tools)
 
 
-def stream(
-    builder: SearchingBuilder, engine: Engine, first: AsyncIterator[EngineEvent]
-) -> AsyncIterator[Event]:
+def stream(builder: SearchingBuilder, engine: Engine, first: AsyncStream[EngineEvent]) -> AsyncGenerator[Event, None]:
     return builder.run_searching(engine, first)
 
 
-async def complete(
-    builder: SearchingBuilder, engine: Engine, first: AsyncIterator[EngineEvent]
-) -> dict[str, Any]:
+async def complete(builder: SearchingBuilder, engine: Engine, first: AsyncStream[EngineEvent]) -> dict[str, Any]:
     async for _ in builder.run_searching(engine, first):
         pass
     assert builder.final is not None, "every run ends with a terminal event"

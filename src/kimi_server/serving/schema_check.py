@@ -32,23 +32,51 @@ MAX_PATTERN = 512  # characters in one pattern
 MAX_REF_STEPS = 10_000  # references and combinator members followed to check for loops
 
 TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
-FORMATS = frozenset(
-    {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
-)
+FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"})
 # Keywords that say nothing about valid values: allowed everywhere, strict or not.
 ANNOTATIONS = frozenset(
     {
-        "title", "description", "default", "examples", "$schema", "$id", "$comment",
-        "deprecated", "readOnly", "writeOnly", "$anchor", "contentMediaType",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$schema",
+        "$id",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$anchor",
+        "contentMediaType",
     }
 )
 # Keywords the grammar enforces; a strict schema may use these and nothing else.
 ENFORCED = frozenset(
     {
-        "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions",
-        "properties", "required", "additionalProperties", "items", "prefixItems",
-        "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
-        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+        "type",
+        "enum",
+        "const",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "$ref",
+        "$defs",
+        "definitions",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
     }
 )
 _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
@@ -61,9 +89,7 @@ _UNSUPPORTED_REGEX = re.compile(r"\(\?<?[=!]|\\[1-9]|\\k<")
 
 
 def _bad(param: str, message: str) -> InvalidRequestError:
-    return InvalidRequestError(
-        f"Invalid schema at '{param}': {message}", param=param, code="invalid_schema"
-    )
+    return InvalidRequestError(f"Invalid schema at '{param}': {message}", param=param, code="invalid_schema")
 
 
 def schema_size(schema: Any) -> int:
@@ -223,9 +249,7 @@ class _Walker:
             return False
         for key in ("anyOf", "oneOf"):
             members = node.get(key)
-            if isinstance(members, list) and members and not any(
-                self._grounded(m, path, where) for m in members
-            ):
+            if isinstance(members, list) and members and not any(self._grounded(m, path, where) for m in members):
                 return False
         self.grounded.add(id(node))  # a finite way to a value exists: it holds on any path
         return True
@@ -238,9 +262,7 @@ class _Walker:
             if not isinstance(children, dict):
                 raise _bad(f"{path}.{key}", f"'{key}' must be an object of schemas.")
             if key == "properties" and len(children) > MAX_PROPERTIES:
-                raise _bad(
-                    f"{path}.{key}", f"an object may have at most {MAX_PROPERTIES} properties."
-                )
+                raise _bad(f"{path}.{key}", f"an object may have at most {MAX_PROPERTIES} properties.")
             for name, child in children.items():
                 self.walk(child, f"{path}.{key}.{name}", depth + 1)
         for key in _SUBSCHEMA_LISTS:

@@ -40,17 +40,11 @@ def check_search_tools(tools: Sequence[Any] | None, searcher: Searcher | None) -
             )
 
 
-async def resolve_chat_searches(
-    request: GenerationRequest, searcher: Searcher | None
-) -> tuple[GenerationRequest, int]:
+async def resolve_chat_searches(request: GenerationRequest, searcher: Searcher | None) -> tuple[GenerationRequest, int]:
     """The request with every ``$web_search`` tool result replaced by search results, and how
     many searches the provider ran for it."""
     calls = {
-        c.id: c
-        for m in request.messages
-        if m.role == "assistant"
-        for c in m.tool_calls
-        if c.kind == "builtin_function"
+        c.id: c for m in request.messages if m.role == "assistant" for c in m.tool_calls if c.kind == "builtin_function"
     }
     if not calls:
         return request, 0
@@ -71,8 +65,7 @@ async def resolve_chat_searches(
             )
         if searcher is None:
             raise InvalidRequestError(
-                f"'{where}' answers a $web_search call, but web search is not enabled on this "
-                "server.",
+                f"'{where}' answers a $web_search call, but web search is not enabled on this server.",
                 param=where,
                 code="unsupported_tool",
             )

@@ -29,10 +29,13 @@ def database_url(configured: str | None, data_dir: Path) -> str:
     """A SQLAlchemy async URL: the configured one with its async driver, or SQLite."""
     if not configured:
         return f"sqlite+aiosqlite:///{data_dir / 'kimi.db'}"
-    for plain, driver in (("postgresql://", "postgresql+asyncpg://"), ("postgres://", "postgresql+asyncpg://"),
-                          ("sqlite://", "sqlite+aiosqlite://")):
+    for plain, driver in (
+        ("postgresql://", "postgresql+asyncpg://"),
+        ("postgres://", "postgresql+asyncpg://"),
+        ("sqlite://", "sqlite+aiosqlite://"),
+    ):
         if configured.startswith(plain):
-            return driver + configured[len(plain):]
+            return driver + configured[len(plain) :]
     return configured
 
 
@@ -135,6 +138,3 @@ def _upgrade(conn: Connection) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = conn
     command.upgrade(config, "head")
-
-
-

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, Float, Integer, String, Text
+from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -26,6 +26,10 @@ class ApiKeyRow(Base):
     budget_nanos: Mapped[int | None] = mapped_column(BigInteger)
     spent_nanos: Mapped[int] = mapped_column(BigInteger, default=0)
     models: Mapped[str | None] = mapped_column(Text)  # comma-separated model ids; None: all
+    # daily | weekly | monthly: the budget starts over each period (UTC); None: a lifetime budget.
+    budget_period: Mapped[str | None] = mapped_column(String(8))
+    # Spend in a period past which the operator's webhook is told, once (gate/budget_alerts.py).
+    soft_budget_nanos: Mapped[int | None] = mapped_column(BigInteger)
     # Output tokens of a request that names no cap; None: the model's default (settings).
     max_output_tokens: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -55,3 +59,22 @@ class UsageRow(Base):
     ttft_ms: Mapped[float | None] = mapped_column(Float)
     duration_ms: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+    # A key's spend in its budget period is summed from its rows since the period began.
+    __table_args__ = (Index("ix_usage_key_created", "key_id", "created_at"),)
+
+
+class BudgetAlertRow(Base):
+    """One per key and budget period whose spend crossed the key's soft budget: the row is
+    claimed before the webhook is called, so no restart or other instance sends it again."""
+
+    __tablename__ = "budget_alerts"
+
+    key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    period_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    soft_budget_nanos: Mapped[int] = mapped_column(BigInteger)
+    spent_nanos: Mapped[int] = mapped_column(BigInteger)  # the period's spend when it was seen
+    crossed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(String(200))

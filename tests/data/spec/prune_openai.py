@@ -11,13 +11,14 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOTS = ("Response", "ResponseStreamEvent")
 REF = re.compile(r'"#/components/schemas/([^"]+)"')
 
 
-def prune(doc: dict[str, object]) -> dict[str, object]:
-    schemas = doc["components"]["schemas"]  # type: ignore[index]
+def prune(doc: dict[str, Any]) -> dict[str, Any]:
+    schemas = doc["components"]["schemas"]
     seen: set[str] = set()
     todo = list(ROOTS)
     while todo:
@@ -25,8 +26,11 @@ def prune(doc: dict[str, object]) -> dict[str, object]:
         if name not in seen:
             seen.add(name)
             todo.extend(REF.findall(json.dumps(schemas[name])))
-    return {"openapi": doc["openapi"], "info": doc["info"],
-            "components": {"schemas": {k: schemas[k] for k in sorted(seen)}}}
+    return {
+        "openapi": doc["openapi"],
+        "info": doc["info"],
+        "components": {"schemas": {k: schemas[k] for k in sorted(seen)}},
+    }
 
 
 if __name__ == "__main__":

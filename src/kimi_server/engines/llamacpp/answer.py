@@ -111,8 +111,7 @@ class GrammarChecker:
                         text = item.text
         except TimeoutError:
             raise InvalidRequestError(
-                f"The schema took longer than {COMPILE_TIMEOUT_S:.0f} s to compile into a "
-                "grammar; simplify it.",
+                f"The schema took longer than {COMPILE_TIMEOUT_S:.0f} s to compile into a grammar; simplify it.",
                 code="schema_too_complex",
             ) from None
         ok = bool(text) and (text.startswith(PROBE_LITERAL) or PROBE_LITERAL.startswith(text))
@@ -127,9 +126,7 @@ class GrammarChecker:
                 continue
             raise await self._blame(where, plan, request)
 
-    async def _blame(
-        self, where: str, plan: AnswerPlan, request: GenerationRequest
-    ) -> InvalidRequestError:
+    async def _blame(self, where: str, plan: AnswerPlan, request: GenerationRequest) -> InvalidRequestError:
         """Finds which schema broke the grammar, so the error can name it."""
         if where == "tools":
             for i, tool in enumerate(request.tools):
@@ -141,7 +138,7 @@ class GrammarChecker:
                         f"The grammar compiler rejected the parameters schema of tool "
                         f"{tool.name!r}: it is not a JSON Schema this server can enforce "
                         "(check types, formats, $ref targets and regular expressions).",
-                        param=f"tools[{i}].parameters",
+                        param=f"{tool.where or f'tools[{i}]'}.parameters",
                         code="invalid_schema",
                     )
         return InvalidRequestError(

@@ -43,9 +43,6 @@ def most_agreed(attempts: list[str]) -> int:
     if len(attempts) < 2:
         return 0
     words = [_conclusion_words(a) for a in attempts]
-    scores = [
-        sum(_overlap(words[i], words[j]) for j in range(len(words)) if j != i)
-        for i in range(len(words))
-    ]
+    scores = [sum(_overlap(words[i], words[j]) for j in range(len(words)) if j != i) for i in range(len(words))]
     # On a tie an attempt with a conclusion beats one without (a degenerate one), then the earliest.
     return max(range(len(scores)), key=lambda i: (scores[i], bool(words[i]), -i))

@@ -59,9 +59,7 @@ def _one_line(text: str, limit: int) -> str:
 
 def decision_prompt(tools: Sequence[ToolSpec], message: str) -> str:
     listed = ", ".join(
-        f"{t.name} ({_one_line(t.description, _MAX_DESCRIPTION_CHARS).rstrip('.')})"
-        if t.description
-        else t.name
+        f"{t.name} ({_one_line(t.description, _MAX_DESCRIPTION_CHARS).rstrip('.')})" if t.description else t.name
         for t in tools
     )
     text = _one_line(message, _MAX_MESSAGE_CHARS)

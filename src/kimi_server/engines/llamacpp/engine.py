@@ -7,7 +7,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,9 +84,7 @@ class EmbeddedEngine:
         apply_wait_level(config.cpu_poll)  # before anything imports xllamacpp
         self.fmt = get_reasoning_format(config.reasoning_format)
         info = read_gguf_info(config.model_path)
-        self.template = ChatTemplate(
-            info.chat_template, bos_token=info.bos_token, eos_token=info.eos_token
-        )
+        self.template = ChatTemplate(info.chat_template, bos_token=info.bos_token, eos_token=info.eos_token)
         self.syntax = syntax_for_template(self.template.source)
         self._runner: CompletionRunner | None = None
         self._checker: GrammarChecker | None = None
@@ -97,9 +95,7 @@ class EmbeddedEngine:
             CacheLimits(
                 holders=self.slots,
                 max_active=config.n_parallel,
-                max_tokens=config.cache_max_tokens
-                if config.cache_max_tokens is not None
-                else config.n_ctx // 2,
+                max_tokens=config.cache_max_tokens if config.cache_max_tokens is not None else config.n_ctx // 2,
                 enabled=config.cache_enabled,
                 ttl_scale=config.cache_ttl_scale,
                 bytes_per_token=info.kv_bytes_per_token or 0,
@@ -126,10 +122,7 @@ class EmbeddedEngine:
     def tenant_stats(self, key_id: str) -> dict[str, int]:
         """One API key's own calls in flight and calls cancelled by its clients leaving."""
         runner = self._runner
-        return {
-            "active_calls": runner.active_by[key_id] if runner else 0,
-            "cancelled_calls": runner.cancelled_by[key_id] if runner else 0,
-        }
+        return runner.calls.tenant(key_id) if runner else {"active_calls": 0, "cancelled_calls": 0}
 
     def context_length(self) -> int:
         # One unified KV cache: a single request may use all of it.
@@ -145,8 +138,8 @@ class EmbeddedEngine:
         """Server-wide totals, for operators (never shown to a tenant)."""
         runner = self._runner
         return {
-            "active_calls": runner.active if runner else 0,
-            "cancelled_calls": runner.cancelled if runner else 0,
+            "active_calls": runner.calls.active if runner else 0,
+            "cancelled_calls": runner.calls.cancelled if runner else 0,
             **self.cache.totals(),
         }
 
@@ -244,7 +237,7 @@ class EmbeddedEngine:
     def _sampling(self) -> dict[str, Any]:
         return {"temperature": self.config.temperature, "top_p": self.config.top_p}
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineEvent]:
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[EngineEvent, None]:
         if self._runner is None or self._checker is None:
             raise EngineUnavailableError("The engine is not running.")
         request = expose_web_search(request)  # $web_search as a function
@@ -274,11 +267,16 @@ class EmbeddedEngine:
             )
 
         ctx = PhaseContext(
-            self._runner, request, self.fmt, self._sampling(),
+            self._runner,
+            request,
+            self.fmt,
+            self._sampling(),
             # A seeded request computes its whole prompt every time: a prompt served from the
             # cache leaves its last token to a batch of another shape, which shifts the logits
             # enough to change a sampled token.
-            slot=lease.holder, reuse=lease.reuse and request.seed is None, settle=settle,
+            slot=lease.holder,
+            reuse=lease.reuse and request.seed is None,
+            settle=settle,
             utility_slot=self.utility_slot,
             context_window=self.config.n_ctx,
             media=media,
@@ -337,4 +335,3 @@ class EmbeddedEngine:
             log.warning("could not clear slot %d: %s", holder, exc)
         finally:
             self.cache.scrubbed(holder)
-

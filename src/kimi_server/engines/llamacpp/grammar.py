@@ -131,9 +131,7 @@ class Grammar:
     def probe_text(self) -> str:
         """The same rules behind a forced literal: seeing the literal proves the grammar
         compiled (llama.cpp ignores a grammar that fails to compile and samples freely)."""
-        return "\n".join(
-            ("%llguidance {}", f"start: {_lit(PROBE_LITERAL)} ({self.start})", *self.rules)
-        )
+        return "\n".join(("%llguidance {}", f"start: {_lit(PROBE_LITERAL)} ({self.start})", *self.rules))
 
 
 def schema_grammar(schema: dict[str, Any], *, strict: bool) -> Grammar:
@@ -170,9 +168,7 @@ def _regex_escape(text: str) -> str:
     return "".join(f"\\{c}" if c in _REGEX_META else c for c in text)
 
 
-def calls_grammar(
-    syntax: CallSyntax, tools: Sequence[ToolSpec], *, parallel: bool
-) -> Grammar:
+def calls_grammar(syntax: CallSyntax, tools: Sequence[ToolSpec], *, parallel: bool) -> Grammar:
     """One call, or up to ``MAX_PARALLEL_CALLS`` when parallel calls are allowed."""
     rules: list[str] = []
     alternatives: list[str] = []

@@ -22,7 +22,13 @@ PROBE_PROMPT = "The capital of France is"
 _in_flight: weakref.WeakKeyDictionary[CompletionRunner, asyncio.Task[dict[str, Any]]] = weakref.WeakKeyDictionary()
 
 
-async def one_token(runner: CompletionRunner | None, slot: int, timeout: float = PROBE_TIMEOUT) -> dict[str, Any]:
+# The bound is the shared probe's own (a caller's asyncio.timeout would not bound the others'),
+# and it is named in the answer: a parameter, not the caller's timeout.
+async def one_token(
+    runner: CompletionRunner | None,
+    slot: int,
+    timeout: float = PROBE_TIMEOUT,  # noqa: ASYNC109
+) -> dict[str, Any]:
     """``{"ok", "latency_ms", "tokens"}`` or ``{"ok": False, "reason"}``."""
     if runner is None:
         return {"ok": False, "reason": "the model is not loaded"}
@@ -34,7 +40,7 @@ async def one_token(runner: CompletionRunner | None, slot: int, timeout: float =
     return dict(await asyncio.shield(task))
 
 
-async def _probe(runner: CompletionRunner, slot: int, timeout: float) -> dict[str, Any]:
+async def _probe(runner: CompletionRunner, slot: int, timeout: float) -> dict[str, Any]:  # noqa: ASYNC109
     started = time.monotonic()
     body = {"prompt": PROBE_PROMPT, "n_predict": 1, "temperature": 0.0, "cache_prompt": False, "id_slot": slot}
     result: CompletionResult | None = None

@@ -41,9 +41,7 @@ def media_of(request: GenerationRequest) -> tuple[str, ...]:
 
 
 def marked_text(text: str, images: Sequence[str]) -> str:
-    marks = "".join(
-        f"[image {hashlib.sha256(u.encode()).hexdigest()[:16]}]{MEDIA_MARKER}\n" for u in images
-    )
+    marks = "".join(f"[image {hashlib.sha256(u.encode()).hexdigest()[:16]}]{MEDIA_MARKER}\n" for u in images)
     return marks + text
 
 

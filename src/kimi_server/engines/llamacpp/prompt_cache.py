@@ -26,9 +26,19 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, runtime_checkable
+
+from kimi_server.engines.llamacpp.prompt_cache_stats import CacheStats, CacheStatsSource, Counters, Held
 
 log = logging.getLogger(__name__)
+__all__ = [
+    "CacheLimits",
+    "CacheStats",
+    "CacheStatsSource",
+    "Lease",
+    "PromptCacheLedger",
+    "common_prefix_len",
+    "worth_reusing",
+]
 
 
 @dataclass(frozen=True)
@@ -58,22 +68,6 @@ class Lease:
     reuse: bool
     ttl_seconds: float
     previous: Entry | None = None  # the entry this lease extends (a planned hit)
-
-
-@dataclass
-class Counters:
-    requests: int = 0
-    hits: int = 0  # requests that really reused cached KV
-    misses: int = 0
-    cached_tokens: int = 0
-    written_tokens: int = 0
-    evictions: int = 0  # unexpired entries dropped for room (before their TTL ran out)
-    expirations: int = 0
-    lost: int = 0  # granted reuse, but the backend had dropped the KV itself: counted as misses
-
-    def add(self, other: Counters) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 def common_prefix_len(a: str, b: str) -> int:
@@ -145,11 +139,7 @@ class PromptCacheLedger:
         namespace = self.namespace_of(key_id)
         ttl = ttl_seconds * self.limits.ttl_scale
         best, shared = self._best_own(free, namespace, text)
-        if (
-            best is not None
-            and self.limits.enabled
-            and worth_reusing(shared, len(self._entries[best].text), len(text))
-        ):
+        if best is not None and self.limits.enabled and worth_reusing(shared, len(self._entries[best].text), len(text)):
             self._leased.add(best)
             # While leased the holder's content changes: its entry leaves the ledger until
             # commit, which extends it (keeping the longer expiry).
@@ -188,9 +178,7 @@ class PromptCacheLedger:
 
     # -- settling --------------------------------------------------------------------------
 
-    def commit(
-        self, lease: Lease, text: str, tokens: int, *, prompt_tokens: int, cached_tokens: int
-    ) -> bool:
+    def commit(self, lease: Lease, text: str, tokens: int, *, prompt_tokens: int, cached_tokens: int) -> bool:
         """Records what the holder now holds; returns whether it stays cached (a write)."""
         now = self._clock()
         self._release(lease.holder)
@@ -215,8 +203,12 @@ class PromptCacheLedger:
             self._stale.add(lease.holder)  # too large to keep: free its memory
         log.debug(
             "prompt cache %s ns=%s holder=%d cached=%d prompt=%d kept=%s",
-            "hit" if hit else "miss", lease.namespace, lease.holder, cached_tokens,
-            prompt_tokens, kept,
+            "hit" if hit else "miss",
+            lease.namespace,
+            lease.holder,
+            cached_tokens,
+            prompt_tokens,
+            kept,
         )
         return kept
 
@@ -271,7 +263,10 @@ class PromptCacheLedger:
         self._counters(entry.namespace).evictions += 1
         log.info(
             "prompt cache eviction (%s): %d tokens of ns=%s, %.0f s before its expiry",
-            why, entry.tokens, entry.namespace, entry.expires_at - self._clock(),
+            why,
+            entry.tokens,
+            entry.namespace,
+            entry.expires_at - self._clock(),
         )
 
     def _counters(self, namespace: str) -> Counters:
@@ -323,56 +318,3 @@ class PromptCacheLedger:
         tokens = sum(e.tokens for e in entries)
         per = self.limits.bytes_per_token
         return Held(len(entries), tokens, tokens * per if per else None)
-
-
-@dataclass
-class CacheStats:
-    namespace: str
-    own: Counters
-    server: Counters
-    own_held: Held
-    server_held: Held
-    max_tokens: int
-
-    def merge(self, other: CacheStats) -> None:
-        self.own.add(other.own)
-        self.server.add(other.server)
-        self.own_held = self.own_held.plus(other.own_held)
-        self.server_held = self.server_held.plus(other.server_held)
-        self.max_tokens += other.max_tokens
-
-    def as_dict(self) -> dict[str, Any]:
-        def block(c: Counters, held: Held) -> dict[str, Any]:
-            return {
-                **{f.name: getattr(c, f.name) for f in fields(c)},
-                "entries": held.entries,
-                "tokens_held": held.tokens,
-                "bytes_held": held.bytes,
-            }
-
-        return {
-            "object": "prompt_cache.stats",
-            "namespace": {"id": self.namespace, **block(self.own, self.own_held)},
-            "server": {**block(self.server, self.server_held), "max_tokens": self.max_tokens},
-        }
-
-
-@dataclass(frozen=True)
-class Held:
-    """What idle cached sequences hold. ``bytes`` is estimated from the model's KV geometry;
-    None when that is unknown."""
-
-    entries: int
-    tokens: int
-    bytes: int | None
-
-    def plus(self, other: Held) -> Held:
-        both = None if self.bytes is None or other.bytes is None else self.bytes + other.bytes
-        return Held(self.entries + other.entries, self.tokens + other.tokens, both)
-
-
-@runtime_checkable
-class CacheStatsSource(Protocol):
-    """Engines with a prompt cache expose its stats through this."""
-
-    def cache_stats(self, key_id: str) -> CacheStats: ...

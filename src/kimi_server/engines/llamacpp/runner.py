@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kimi_server.engines.owner import current_owner
+from kimi_server.engines.owner import CallCounters
 from kimi_server.errors import EngineUnavailableError, InvalidRequestError
 
 
@@ -37,20 +36,19 @@ _DONE = object()
 
 
 class CompletionRunner:
-    def __init__(
-        self, server: CompletionServer, max_workers: int = 64, *, pinned: bool = False
-    ) -> None:
+    def __init__(self, server: CompletionServer, max_workers: int = 64, *, pinned: bool = False) -> None:
         self._server = server
         # pinned: every call must name its slot. Left to choose, llama.cpp could pick a slot
         # holding another API key's prompt and reuse it (see engines/llamacpp/prompt_cache.py).
         self._pinned = pinned
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="llama")
         self._pending: set[asyncio.Future[None]] = set()
-        self.active = 0  # calls in flight
-        self.cancelled = 0  # calls stopped because their consumer went away first
-        # The same two per API key (engines/owner.py), so a tenant sees only its own.
-        self.active_by: Counter[str] = Counter()
-        self.cancelled_by: Counter[str] = Counter()
+        # Calls in flight, and calls stopped because their consumer went away first.
+        self.calls = CallCounters()
+
+    @property
+    def cancelled(self) -> int:
+        return self.calls.cancelled
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -85,10 +83,8 @@ class CompletionRunner:
                 loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 
         future = loop.run_in_executor(self._pool, work)
-        owner = current_owner.get() or ""
-        self.active += 1
-        self.active_by[owner] += 1
-        future.add_done_callback(lambda _: self._finished(owner))
+        owner = self.calls.start()
+        future.add_done_callback(lambda _: self.calls.end(owner))
         text: list[str] = []
         final: dict[str, Any] | None = None
         last: dict[str, Any] = {}  # the last chunk that carried text
@@ -127,18 +123,10 @@ class CompletionRunner:
             # The worker sees the flag at its next token and llama.cpp frees the slot; nothing
             # here needs to wait for that.
             if not ended and not stopped:
-                self.cancelled += 1
-                self.cancelled_by[owner] += 1
+                self.calls.cancel(owner)
             cancelled.set()
             self._pending.add(future)
             future.add_done_callback(self._pending.discard)
-
-
-    def _finished(self, owner: str) -> None:
-        self.active -= 1
-        self.active_by[owner] -= 1
-        if self.active_by[owner] <= 0:
-            del self.active_by[owner]
 
 
 def _result(text: str, final: dict[str, Any]) -> CompletionResult:

@@ -26,6 +26,10 @@ CHATML = (
 )
 
 
+# Stands for a system prompt while the template's tool block is cut out (tool_block).
+_MARK = "\u0000kimi-system-prompt\u0000"
+
+
 def _raise(message: str) -> None:
     raise TemplateError(message)
 
@@ -102,7 +106,9 @@ class ChatTemplate:
             "bos_token": self._bos,
             "eos_token": self._eos,
         }
-        fn_tools = [t for t in tools if t.kind in ("function", "custom", "web_search")]
+        # Tools a system message declares are rendered there (_message_dict), not up front.
+        declared = {t.name for m in messages for t in m.tools}
+        fn_tools = [t for t in tools if t.kind in ("function", "custom", "web_search") and t.name not in declared]
         if fn_tools and self.native_tools:
             context["tools"] = [_tool_dict(t) for t in fn_tools]
         elif fn_tools:
@@ -115,6 +121,25 @@ class ChatTemplate:
                 param="messages",
             ) from None
 
+    def tool_block(self, tools: Sequence[ToolSpec]) -> str:
+        """The text a system message that declares ``tools`` carries: the template's own tool
+        block (what it writes after a system prompt when given tools), so the model reads the
+        declaration as it was trained to, at the point where it was made. A template that
+        puts its tool block elsewhere (or has none) gets the plain description."""
+        if not self.native_tools:
+            return _tool_text(tools)
+        probe = [{"role": "system", "content": _MARK}, {"role": "user", "content": "?"}]
+        base = {"messages": probe, "add_generation_prompt": False, "bos_token": self._bos, "eos_token": self._eos}
+        try:
+            with_tools = str(self._template.render(**base, tools=[_tool_dict(t) for t in tools]))
+            without = str(self._template.render(**base))
+        except TemplateError:
+            return _tool_text(tools)
+        _, found, after = with_tools.partition(_MARK)
+        _, _, tail = without.partition(_MARK)
+        block = after[: len(after) - len(tail)].strip() if found and after.endswith(tail) else ""
+        return block or _tool_text(tools)
+
     def _inject_tool_text(self, wire: list[dict[str, Any]], tools: Sequence[ToolSpec]) -> None:
         self._inject_system(wire, _tool_text(tools))
 
@@ -125,10 +150,10 @@ class ChatTemplate:
         else:
             wire.insert(0, {"role": "system", "content": text})
 
-    def _message_dict(
-        self, message: Message, history_reasoning: tuple[str, str] | None
-    ) -> dict[str, Any]:
+    def _message_dict(self, message: Message, history_reasoning: tuple[str, str] | None) -> dict[str, Any]:
         content = marked_text(message.text, message.images) if message.images else message.text
+        if message.tools:
+            content = self.tool_block(message.tools)
         out: dict[str, Any] = {"role": message.role, "content": content}
         if message.role == "assistant":
             if message.reasoning and history_reasoning:

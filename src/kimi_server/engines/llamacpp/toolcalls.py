@@ -16,6 +16,7 @@ from typing import Literal
 
 from kimi_server.engines.llamacpp.grammar import CallSyntax
 from kimi_server.engines.types import ToolCallDelta
+from kimi_server.parsers.partial import partial_suffix
 
 PATCH_BEGIN = "*** Begin Patch"
 PATCH_END = "*** End Patch"
@@ -92,9 +93,7 @@ class CallStreamParser:
         match = _HEAD.match(self._buf)
         if match:
             name = match.group(1)
-            kind: Literal["function", "builtin_function"] = (
-                "builtin_function" if name.startswith("$") else "function"
-            )
+            kind: Literal["function", "builtin_function"] = "builtin_function" if name.startswith("$") else "function"
             out.append(ToolCallDelta(self.count, self._new_id(), name, kind=kind))
             self._buf = self._buf[match.end() :]
             self._depth, self._in_string, self._escaped = 0, False, False
@@ -138,11 +137,7 @@ class CallStreamParser:
             self._close_call()
             return True
         # Hold back what could be the start of the end marker; stream the rest.
-        keep = next(
-            (n for n in range(min(len(PATCH_END) - 1, len(self._buf)), 0, -1)
-             if self._buf.endswith(PATCH_END[:n])),
-            0,
-        )
+        keep = partial_suffix(self._buf, PATCH_END)
         emit = self._buf[: len(self._buf) - keep]
         if emit:
             out.append(ToolCallDelta(self.count, arguments=emit, kind="custom"))

@@ -16,9 +16,7 @@ State = Literal["closed", "open", "half_open"]
 
 
 class CircuitBreaker:
-    def __init__(
-        self, threshold: int, cooldown: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, threshold: int, cooldown: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.threshold = threshold
         self.cooldown = cooldown
         self._clock = clock

@@ -21,10 +21,14 @@ console = Console()
 def check(
     config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
     upstream: Annotated[str | None, typer.Option(help="Check this base URL instead of the routes.")] = None,
-    upstream_model: Annotated[str | None, typer.Option(
-        help="With --upstream: the upstream's model name.", show_default="the public model ids")] = None,
-    upstream_dialect: Annotated[str | None, typer.Option(
-        help="With --upstream: vllm, sglang, llamacpp, moonshot or openai.", show_default="openai")] = None,
+    upstream_model: Annotated[
+        str | None,
+        typer.Option(help="With --upstream: the upstream's model name.", show_default="the public model ids"),
+    ] = None,
+    upstream_dialect: Annotated[
+        str | None,
+        typer.Option(help="With --upstream: vllm, sglang, llamacpp, moonshot or openai.", show_default="openai"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Probes each upstream (GET {base_url}/models, with its key) and checks it lists the model;
@@ -36,8 +40,9 @@ def check(
     from kimi_server.settings import load_settings
 
     try:
-        settings = load_settings(config, upstream=upstream, upstream_model=upstream_model,
-                                 upstream_dialect=upstream_dialect)
+        settings = load_settings(
+            config, upstream=upstream, upstream_model=upstream_model, upstream_dialect=upstream_dialect
+        )
     except (FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
         raise typer.Exit(2) from None
@@ -54,14 +59,15 @@ def check(
         ]
     )
     if not targets:
-        console.print("no upstreams configured (routes with engine = \"upstream\", or --upstream URL)")
+        console.print('no upstreams configured (routes with engine = "upstream", or --upstream URL)')
         raise typer.Exit(2)
 
     async def run() -> list[dict[str, Any]]:
         ups = [Upstream(cfg) for _, cfg, _, _ in targets]
         try:
             reports = await asyncio.gather(
-                *(check_upstream(up, ids) for up, (_, _, ids, _) in zip(ups, targets, strict=True)))
+                *(check_upstream(up, ids) for up, (_, _, ids, _) in zip(ups, targets, strict=True))
+            )
         finally:
             for up in ups:
                 await up.close()

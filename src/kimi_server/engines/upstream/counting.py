@@ -210,7 +210,10 @@ class TokenCounter:
                 self._skip_until = time.monotonic() + RETRY_AFTER
                 log.warning(
                     "upstream %s: its tokenizer did not answer (%s); token counts are estimated locally "
-                    "for the next %.0f s", self._up.name, type(exc).__name__, RETRY_AFTER,
+                    "for the next %.0f s",
+                    self._up.name,
+                    type(exc).__name__,
+                    RETRY_AFTER,
                 )
         return await asyncio.to_thread(estimate_counts, body, transcript, need_prompt)
 

@@ -11,12 +11,11 @@ import asyncio
 import logging
 import math
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from kimi_server.engines.owner import current_owner
+from kimi_server.engines.owner import CallCounters
 from kimi_server.engines.types import EngineEvent, Finish, GenerationRequest, ReasoningDelta
 from kimi_server.engines.upstream.counting import TokenCounter, Transcript
 from kimi_server.engines.upstream.errors import (
@@ -24,6 +23,7 @@ from kimi_server.engines.upstream.errors import (
     UpstreamStreamError,
     UpstreamUnavailableError,
 )
+from kimi_server.engines.upstream.forced_calls import CallReader, as_calls, forced_mode
 from kimi_server.engines.upstream.normalise import Normaliser
 from kimi_server.engines.upstream.payload import build_body, check_capabilities
 from kimi_server.engines.upstream.relay import Failure, Upstream
@@ -42,10 +42,8 @@ class UpstreamEngine:
             raise ValueError("an upstream engine needs at least one upstream")
         self.upstreams = list(upstreams)
         self.name = name
-        self.counters = {"active_calls": 0, "cancelled_calls": 0, "retries": 0, "failovers": 0}
-        # The same two per API key (engines/owner.py), so a tenant sees only its own.
-        self.active_by: Counter[str] = Counter()
-        self.cancelled_by: Counter[str] = Counter()
+        self.calls = CallCounters()
+        self.counters = {"retries": 0, "failovers": 0}
         self._counters: dict[Upstream, TokenCounter] = {}  # for upstreams that report no usage
 
     async def start(self) -> None:
@@ -59,7 +57,7 @@ class UpstreamEngine:
         return any(up.cfg.capabilities.vision for up in self.upstreams)
 
     def stats(self) -> dict[str, int]:
-        return dict(self.counters)
+        return {**self.calls.totals(), **self.counters}
 
     def context_length(self) -> int | None:
         # The smallest window among the upstreams a request may land on, when configured.
@@ -72,14 +70,14 @@ class UpstreamEngine:
         return sum(up.cfg.max_concurrency for up in self.upstreams)
 
     def tenant_stats(self, key_id: str) -> dict[str, int]:
-        return {"active_calls": self.active_by[key_id], "cancelled_calls": self.cancelled_by[key_id]}
+        return self.calls.tenant(key_id)
 
     def _candidates(self, req: GenerationRequest) -> list[Upstream]:
         able: list[Upstream] = []
         refusal: APIError | None = None
         for up in self.upstreams:
             try:
-                check_capabilities(req, up.cfg.capabilities)
+                check_capabilities(req, up.cfg.capabilities, up.dialect)
                 able.append(up)
             except APIError as exc:
                 refusal = refusal or exc
@@ -87,11 +85,9 @@ class UpstreamEngine:
             raise refusal
         return weighted_order(able, [up.cfg.weight for up in able])
 
-    async def generate(self, req: GenerationRequest) -> AsyncIterator[EngineEvent]:
+    async def generate(self, req: GenerationRequest) -> AsyncGenerator[EngineEvent, None]:
         # One generator, counters and retries together: a layer less for every streamed event.
-        owner = current_owner.get() or ""
-        self.counters["active_calls"] += 1
-        self.active_by[owner] += 1
+        owner = self.calls.start()
         try:
             show_reasoning = req.reasoning
             sent = False
@@ -108,6 +104,7 @@ class UpstreamEngine:
                     max_output_tokens=cfg.max_output_tokens,
                 )
                 limit = body[up.dialect.max_tokens_field] + PIECE_SLACK
+                as_json = forced_mode(req, up.dialect, cfg.capabilities) == "json_schema"
                 for attempt in range(cfg.retries + 1):
                     if not up.breaker.allow():
                         last = last or UpstreamUnavailableError("The model's engines are all failing; retry later.")
@@ -119,6 +116,8 @@ class UpstreamEngine:
                     transcript = Transcript()
                     try:
                         attempt_events = up.attempt(body, normaliser, piece_limit=limit, deadline=deadline)
+                        if as_json:
+                            attempt_events = as_calls(attempt_events, CallReader())
                         async with aclosing(attempt_events) as events:
                             async for event in events:
                                 sent = True
@@ -162,14 +161,10 @@ class UpstreamEngine:
                         raise
             raise last or UpstreamUnavailableError("No upstream engine could take the request.")
         except (GeneratorExit, asyncio.CancelledError):
-            self.counters["cancelled_calls"] += 1
-            self.cancelled_by[owner] += 1
+            self.calls.cancel(owner)
             raise
         finally:
-            self.counters["active_calls"] -= 1
-            self.active_by[owner] -= 1
-            if self.active_by[owner] <= 0:
-                del self.active_by[owner]
+            self.calls.end(owner)
 
     async def _counted(
         self, up: Upstream, body: dict[str, Any], normaliser: Normaliser, transcript: Transcript, finish: Finish

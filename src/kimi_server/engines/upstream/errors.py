@@ -16,7 +16,6 @@ class UpstreamUnavailableError(APIError):
     status_code = 503
     error_type = "server_error"
     default_code = "upstream_unavailable"
-    retry_after: int | None = None  # seconds, the upstream's own Retry-After (bounded)
 
 
 class GatewayTimeoutError(APIError):
@@ -29,7 +28,6 @@ class UpstreamRateLimitError(APIError):
     status_code = 429
     error_type = "rate_limit_error"
     default_code = "rate_limit_exceeded"
-    retry_after: int | None = None  # seconds, the upstream's own Retry-After (bounded)
 
 
 class UpstreamStreamError(BadGatewayError):

@@ -38,8 +38,13 @@ def upstream_names(up: Upstream, public_ids: Sequence[str]) -> list[str]:
     return [up.cfg.model] if up.cfg.model else list(public_ids)
 
 
+# timeout: the HTTP client's bound on the model-list call, passed through (not the caller's).
 async def check_upstream(
-    up: Upstream, public_ids: Sequence[str] = (), *, call: bool = False, timeout: float | None = None
+    up: Upstream,
+    public_ids: Sequence[str] = (),
+    *,
+    call: bool = False,
+    timeout: float | None = None,  # noqa: ASYNC109
 ) -> dict[str, Any]:
     """``public_ids``: the ids a client asks this upstream for (its route's, or the catalogue
     for ``--upstream``); with none, the model list is not checked. ``call``: also ask for one
@@ -108,12 +113,17 @@ def _first_served(names: list[str], served: list[str] | None) -> str:
 
 async def _one_token(up: Upstream, model: str, report: dict[str, Any]) -> str | None:
     """A real completion of one output token: the model loads, and answers."""
-    body = {"model": model, "messages": [{"role": "user", "content": PROBE_PROMPT}],
-            up.dialect.max_tokens_field: 1, "stream": False}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": PROBE_PROMPT}],
+        up.dialect.max_tokens_field: 1,
+        "stream": False,
+    }
     report["called"] = model
     try:
-        resp = await up.client.post(f"{up.base}/chat/completions", json=body, headers=up.headers,
-                                    timeout=min(up.cfg.read_timeout, CALL_TIMEOUT))
+        resp = await up.client.post(
+            f"{up.base}/chat/completions", json=body, headers=up.headers, timeout=min(up.cfg.read_timeout, CALL_TIMEOUT)
+        )
     except httpx.TimeoutException:
         report["call_status"] = None
         return "timeout"
@@ -156,8 +166,10 @@ def advice(report: dict[str, Any], up: Upstream, model_option: str) -> str:
     if problem == "auth":
         status = report.get("call_status") or report.get("status")
         if not env:
-            return (f"{base} refused the request (HTTP {status}): it wants an API key; name the environment "
-                    "variable holding it with api_key_env (or KIMI_UPSTREAM_API_KEY_ENV for --upstream)")
+            return (
+                f"{base} refused the request (HTTP {status}): it wants an API key; name the environment "
+                "variable holding it with api_key_env (or KIMI_UPSTREAM_API_KEY_ENV for --upstream)"
+            )
         if "Authorization" not in up.headers:
             return f"{base} refused the request (HTTP {status}): the environment variable ${env} is not set"
         return f"{base} refused the key (HTTP {status}): check the key in ${env}"
@@ -172,6 +184,8 @@ def advice(report: dict[str, Any], up: Upstream, model_option: str) -> str:
         served = ", ".join(report.get("served") or []) or "no models"
         return f"the upstream does not serve {wanted}; it serves {served}: set {model_option}"
     if problem == "call_failed":
-        return (f"a one-token call to {report.get('called')} answered HTTP {report.get('call_status')}: "
-                "see the upstream server's log")
+        return (
+            f"a one-token call to {report.get('called')} answered HTTP {report.get('call_status')}: "
+            "see the upstream server's log"
+        )
     return ""

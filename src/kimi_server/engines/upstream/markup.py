@@ -9,6 +9,7 @@ from typing import Literal
 
 from kimi_server.engines.types import ToolCallDelta
 from kimi_server.engines.web_search_tool import WEB_SEARCH_NAME
+from kimi_server.parsers.partial import partial_suffix
 from kimi_server.parsers.reasoning import ReasoningFormat, ThinkTagSplitter
 
 Part = tuple[Literal["reasoning", "content"], str]
@@ -23,17 +24,6 @@ CALL_BEGIN = "<|tool_call_begin|>"
 ARGS_BEGIN = "<|tool_call_argument_begin|>"
 CALL_END = "<|tool_call_end|>"
 SECTION_END = "<|tool_calls_section_end|>"
-
-
-def partial_suffix(text: str, tags: tuple[str, ...]) -> int:
-    """Length of the longest suffix of ``text`` that could still grow into one of ``tags``."""
-    best = 0
-    for tag in tags:
-        for n in range(min(len(tag) - 1, len(text)), best, -1):
-            if text.endswith(tag[:n]):
-                best = n
-                break
-    return best
 
 
 class ThinkSplitter:
@@ -104,7 +94,7 @@ class KimiToolMarkup:
                     self._in_section = True
                     continue
                 # Fast path: text with no '<' near its end cannot be the start of a tag.
-                keep = partial_suffix(self._buf, SECTION_BEGIN) if "<" in self._buf[-28:] else 0
+                keep = partial_suffix(self._buf, *SECTION_BEGIN) if "<" in self._buf[-28:] else 0
                 content.append(self._buf[: len(self._buf) - keep])
                 self._buf = self._buf[len(self._buf) - keep :]
                 break

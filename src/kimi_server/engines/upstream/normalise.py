@@ -121,9 +121,7 @@ class Normaliser:
         if ours is None:
             ours = self._indexes[upstream_index] = self.calls
             self.calls += 1
-            self._held[ours] = ToolCallDelta(
-                ours, call.get("id") or f"call_{secrets.token_hex(12)}", None, ""
-            )
+            self._held[ours] = ToolCallDelta(ours, call.get("id") or f"call_{secrets.token_hex(12)}", None, "")
         held = self._held.get(ours)
         if held is not None:
             # The first event of a call must carry its id and name; hold it until the name comes.

@@ -11,27 +11,28 @@ from typing import Any
 
 from kimi_server.engines.types import GenerationRequest, Message, ToolSpec
 from kimi_server.engines.upstream.dialects import Dialect
+from kimi_server.engines.upstream.forced_calls import check_forced, forced_mode, json_answer_fields
+from kimi_server.engines.upstream.system_tools import message_fields, request_tools
 from kimi_server.engines.web_search_tool import expose_web_search
 from kimi_server.errors import InvalidRequestError
 from kimi_server.policy.catalogue import find_model
 from kimi_server.settings import UpstreamCapabilities
 
 
-def check_capabilities(req: GenerationRequest, caps: UpstreamCapabilities) -> None:
+def check_capabilities(req: GenerationRequest, caps: UpstreamCapabilities, dialect: Dialect) -> None:
     if req.tools and not caps.tools:
         raise InvalidRequestError(
-            f"{req.model} is served by an upstream engine without tool support; send the "
-            "request without 'tools'.",
+            f"{req.model} is served by an upstream engine without tool support; send the request without 'tools'.",
             param="tools",
             code="unsupported_parameter",
         )
     if any(t.kind == "custom" for t in req.tools):
         raise InvalidRequestError(
-            f"Custom (freeform) tools are not available on {req.model}: its upstream engine "
-            "takes function tools only.",
+            f"Custom (freeform) tools are not available on {req.model}: its upstream engine takes function tools only.",
             param="tools",
             code="unsupported_tool",
         )
+    check_forced(req, dialect, caps)
     if req.output_format.kind == "json_schema" and not caps.json_schema:
         raise InvalidRequestError(
             f"{req.model} is served by an upstream engine without JSON Schema output; send the "
@@ -74,6 +75,7 @@ def _message(msg: Message, dialect: Dialect, vision: bool) -> dict[str, Any]:
         out["tool_call_id"] = msg.tool_call_id
     if msg.name is not None and msg.role != "tool":
         out["name"] = msg.name
+    out.update(message_fields(msg, dialect.system_tools, _tool))
     return out
 
 
@@ -100,7 +102,9 @@ def build_body(
         body["temperature"] = spec.fixed_temperature
         body["top_p"] = spec.fixed_top_p
     if req.tools:
-        body["tools"] = [_tool(t) for t in expose_web_search(req).tools]
+        listed = request_tools(expose_web_search(req), dialect.system_tools)
+        if listed:  # empty: every tool is declared in a system message the upstream reads
+            body["tools"] = [_tool(t) for t in listed]
         choice = req.tool_choice
         body["tool_choice"] = (
             {"type": "function", "function": {"name": choice.name}} if choice.mode == "named" else choice.mode
@@ -108,7 +112,11 @@ def build_body(
         if not req.parallel_tool_calls:
             body["parallel_tool_calls"] = False
     fmt = req.output_format
-    if fmt.kind == "json_object":
+    if forced_mode(req, dialect, caps) == "json_schema":
+        # One call as a JSON answer (forced_calls.py); it replaces any output format.
+        body.pop("parallel_tool_calls", None)
+        body.update(json_answer_fields(expose_web_search(req)))
+    elif fmt.kind == "json_object":
         body["response_format"] = {"type": "json_object"}
     elif fmt.kind == "json_schema":
         body["response_format"] = {

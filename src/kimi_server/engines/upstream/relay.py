@@ -92,15 +92,22 @@ class Upstream:
         if status in (400, 422):
             return Failure(
                 InvalidRequestError(f"The model's engine rejected the request{said}", code="upstream_rejected"),
-                retry=False, failover=False, counts=False,
+                retry=False,
+                failover=False,
+                counts=False,
             )
         if status == 413:
-            return Failure(PayloadTooLargeError("The request is too large for the model's engine."),
-                           retry=False, failover=False, counts=False)
+            return Failure(
+                PayloadTooLargeError("The request is too large for the model's engine."),
+                retry=False,
+                failover=False,
+                counts=False,
+            )
         if status == 429:
             return Failure(
                 UpstreamRateLimitError("The model's engine is busy; retry shortly."),
-                counts=False, retry_after=_retry_after(headers.get("retry-after")),
+                counts=False,
+                retry_after=_retry_after(headers.get("retry-after")),
             )
         if status in (401, 403, 404):
             what = "does not serve this model" if status == 404 else "refused this server's credentials"
@@ -129,8 +136,14 @@ class Upstream:
                             break
                     raise self.failure_for_status(resp.status_code, raw, resp.headers)
                 if "json" in resp.headers.get("content-type", ""):
-                    # An upstream that ignored stream=true: one whole completion.
-                    for event in normaliser.feed(_loads(await resp.aread())):
+                    # An upstream that ignored stream=true: one whole completion, awaited no
+                    # longer than the generation's deadline.
+                    try:
+                        async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+                            whole = await resp.aread()
+                    except TimeoutError:
+                        raise Failure(GatewayTimeoutError("The model's engine took too long."), retry=False) from None
+                    for event in normaliser.feed(_loads(whole)):
                         yield event
                     for event in normaliser.finish():
                         yield event
@@ -140,6 +153,10 @@ class Upstream:
                 parser = SSEParser()
                 stream = resp.aiter_bytes()
                 async for raw in stream:
+                    # Checked on every read, not only on events: an upstream sending nothing
+                    # but keep-alive comments still ends at the deadline.
+                    if time.monotonic() > deadline:
+                        raise Failure(GatewayTimeoutError("The model's engine took too long."), retry=False)
                     for data in parser.feed(raw):
                         if data == b"[DONE]":
                             for event in normaliser.finish():
@@ -156,8 +173,6 @@ class Upstream:
                             for event in normaliser.finish():
                                 yield Finish("length", event.usage) if isinstance(event, Finish) else event
                             return
-                        if time.monotonic() > deadline:
-                            raise Failure(GatewayTimeoutError("The model's engine took too long."), retry=False)
                 if normaliser.finish_reason is None or parser.pending():
                     raise Failure(UpstreamStreamError("The model's engine ended the stream early."))
                 # Ended cleanly without the [DONE] sentinel: some servers omit it.

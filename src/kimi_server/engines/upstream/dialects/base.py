@@ -3,7 +3,9 @@ for reasoning at a given effort, and a few field names. Each dialect is one smal
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from kimi_server.engines.upstream.system_tools import SystemTools
 
 # The catalogue's levels (low/high/max) in the three-level vocabulary most engines accept.
 THREE_LEVELS = {"low": "low", "high": "medium", "max": "high"}
@@ -14,6 +16,11 @@ class Dialect:
     max_tokens_field = "max_tokens"
     # Whether assistant turns may carry ``reasoning_content`` back to the upstream.
     reasoning_history = True
+    # How tools declared in a system message reach the upstream (upstream/system_tools.py).
+    system_tools = SystemTools.LIFTED
+    # How tool_choice "required" / a named function is kept (engines/upstream/forced_calls.py):
+    # the engine constrains the call itself, or answers JSON under a schema read back as a call.
+    forced_tool_calls: Literal["native", "json_schema", "none"] = "native"
 
     def reasoning_controls(self, effort: str, native_reasoning: bool) -> dict[str, Any]:
         """Body fields that ask for reasoning at ``effort`` (one of the catalogue's levels)."""

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from kimi_server.engines.upstream.dialects.base import Dialect, register
+from kimi_server.engines.upstream.system_tools import SystemTools
 
 
 class MoonshotDialect(Dialect):
     name = "moonshot"
+    system_tools = SystemTools.NATIVE
 
     def reasoning_controls(self, effort: str, native_reasoning: bool) -> dict[str, Any]:
         return {"reasoning_effort": effort}

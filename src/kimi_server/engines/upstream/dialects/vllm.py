@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from kimi_server.engines.upstream.dialects.base import THREE_LEVELS, Dialect, register
+from kimi_server.engines.upstream.system_tools import SystemTools
 
 
 class VLLMDialect(Dialect):
     name = "vllm"
+    system_tools = SystemTools.MIRRORED
 
     def reasoning_controls(self, effort: str, native_reasoning: bool) -> dict[str, Any]:
         if not native_reasoning:

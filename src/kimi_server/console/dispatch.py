@@ -1,0 +1,98 @@
+"""One API request sent through this server's own application, in process, streamed back.
+
+The playground's requests take the same path as any client's (the guard, limits, ledger,
+request log), with the signed-in key as their bearer token, without the key ever reaching
+the browser and without a connection to the server's own port (which may be a Unix socket,
+or behind a proxy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from starlette.types import ASGIApp, Message, Scope
+
+_END: Message = {"type": "kimi.console.end"}
+_running: set[asyncio.Task[None]] = set()  # inner requests winding down after their reader left
+
+
+@dataclass
+class Forwarded:
+    status: int
+    content_type: str
+    body: AsyncIterator[bytes]
+
+
+async def forward(app: ASGIApp, outer: Scope, path: str, key: str, body: bytes) -> Forwarded:
+    """POSTs ``body`` (JSON) to ``path`` with ``key``; returns once the response has begun."""
+    queue: asyncio.Queue[Message] = asyncio.Queue()
+    gone = asyncio.Event()
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        await queue.put(message)
+
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": outer.get("scheme", "http"),
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "client": outer.get("client"),
+        "server": outer.get("server"),
+        "headers": [
+            (b"authorization", f"Bearer {key}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"accept", b"text/event-stream, application/json"),
+        ],
+    }
+    if "state" in outer:
+        scope["state"] = dict(outer["state"])
+
+    async def run() -> None:
+        try:
+            await app(scope, receive, send)
+        finally:
+            queue.put_nowait(_END)
+
+    task = asyncio.get_running_loop().create_task(run())
+    start = await queue.get()
+    if start["type"] != "http.response.start":
+        gone.set()
+        await asyncio.gather(task, return_exceptions=True)
+        raise RuntimeError("the API answered without a response")
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in start.get("headers", [])}
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                message = await queue.get()
+                if message["type"] != "http.response.body":
+                    return
+                if message.get("body"):
+                    yield message["body"]
+                if not message.get("more_body", False):
+                    return
+        finally:
+            # The browser left (or the answer ended): the inner request sees its client go,
+            # which stops the generation at its next token.
+            gone.set()
+            _running.add(task)
+            task.add_done_callback(_running.discard)
+
+    return Forwarded(int(start["status"]), headers.get("content-type", "application/json"), chunks())

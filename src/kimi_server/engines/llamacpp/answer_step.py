@@ -1,0 +1,141 @@
+"""The answer step of a request, after its reasoning: free text, text under a JSON grammar,
+or tool calls (``answer_step``); or the chosen attempt given as the answer itself
+(``chosen_as_answer``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from kimi_server.engines.llamacpp.answer import AnswerPlan
+from kimi_server.engines.llamacpp.decide import just_answered, reasoning_writes_call
+from kimi_server.engines.llamacpp.phase_context import ANSWER_LEAD, LeadingTrim, PhaseContext, call
+from kimi_server.engines.llamacpp.reasoning_step import Attempt
+from kimi_server.engines.llamacpp.runner import CompletionResult
+from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
+from kimi_server.engines.types import ContentDelta, EngineEvent, FinishReason
+from kimi_server.parsers.reasoning import MarkerScrub, PhraseScrub
+
+
+async def answer(
+    ctx: PhaseContext, prompt: str, extra: dict[str, Any], *, stops: bool = True
+) -> AsyncIterator[str | CompletionResult]:
+    remaining = ctx.request.max_output_tokens - ctx.tally.completion
+    if not stops:
+        async for item in call(ctx, ctx.body(prompt, remaining, **extra), reasoning=False):
+            yield item
+        return
+    # Free text ends where the model opens or closes a reasoning block again. Its first tokens
+    # may not end it, though: a model that believes its reasoning already answered would end
+    # the turn at once, or reopen a think block, and leave the answer empty.
+    stop = [*ctx.fmt.stops, *ctx.request.stop]
+    lead = min(ANSWER_LEAD, remaining)
+    bans = [[tag, False] for tag in ctx.fmt.stops]
+    said: list[str] = []
+    done = False
+    body = ctx.body(prompt, lead, stop=stop, ignore_eos=True, logit_bias=bans, **extra)
+    async for item in call(ctx, body, reasoning=False):
+        if isinstance(item, CompletionResult):
+            # Only a stop sequence ends the lead early (end-of-turn is masked).
+            done = item.finish_reason == "stop" or lead == remaining
+            if done:
+                yield item
+            continue
+        said.append(item)
+        yield item
+    if done or ctx.context_full:
+        return
+    body = ctx.body(prompt + "".join(said), remaining - lead, stop=stop, **extra)
+    async for item in call(ctx, body, reasoning=False):
+        yield item
+
+
+async def chosen_as_answer(ctx: PhaseContext, prompt: str, chosen: Attempt, index: int) -> AsyncIterator[EngineEvent]:
+    """The chosen attempt given as the answer (free text under no grammar), continued where the
+    cap cut it. It is the model's own reply to the conversation, and the one the other attempts
+    agree with. Rewritten in a turn of its own it was measured to lose answers: the
+    model commented on its draft ("Sure! Here's the draft of your reply:") or changed a right
+    result. Its tokens count again as output, so that ``completion_tokens - reasoning_tokens``
+    is the answer's length, as a client counts it."""
+    room = ctx.request.max_output_tokens - ctx.tally.completion
+    count = min(chosen.tokens, max(room, 0))
+    ctx.tally.completion += count
+    scrub = MarkerScrub(ctx.fmt.markers)
+    trim = LeadingTrim()
+    # A stream piece is about one token; only a cap below the attempt's length cuts it.
+    for piece in chosen.pieces[:count]:
+        if text := trim(scrub.feed(piece)):
+            yield ContentDelta(text)
+    cut = count < chosen.tokens
+    unfinished = not chosen.finished and not cut  # the reasoning cap stopped it
+    if unfinished and (ctx.context_full or count == room):
+        cut = True  # no room left to finish it
+    elif unfinished:
+        stop = [*ctx.fmt.markers, *ctx.request.stop]
+        body = ctx.body(prompt + chosen.raw, room - count, stop=stop, attempt=index)
+        async for item in call(ctx, body, reasoning=False):
+            if isinstance(item, CompletionResult):
+                cut = item.finish_reason == "length"
+            elif text := trim(scrub.feed(item)):
+                yield ContentDelta(text)
+    if text := trim(scrub.flush()):
+        yield ContentDelta(text)
+    yield ctx.finish("length" if cut else "stop")
+
+
+async def answer_step(
+    ctx: PhaseContext, prompt: str, opened: str, reasoning: str, plan: AnswerPlan, decision: asyncio.Task[bool] | None
+) -> AsyncIterator[EngineEvent]:
+    """The answer, conditioned on ``reasoning``; ``decision``: the auto decision step running
+    alongside the reasoning (decide.py), whether the answer is tool calls."""
+    answered = just_answered(ctx.request)
+    if ctx.fmt.kind == "prompted":
+        # No draft worth showing (every attempt blank), or the conversation ends in tool
+        # results (a draft there was seen to copy them, or to call again, rather than use them):
+        # the answer is the model's own reply to the conversation.
+        drafted = bool(reasoning.strip()) and not answered
+        full = await ctx.answer_prompt(reasoning) if drafted else prompt
+    else:
+        full = opened + reasoning + ctx.fmt.closer
+    mode = plan.decide
+    if decision is not None:
+        wants = await decision or reasoning_writes_call(reasoning, plan.tools, plan.syntax, answered)
+        mode = "calls" if wants else "text"
+    grammar = plan.calls if mode == "calls" else plan.text
+    extra = {"grammar": grammar.text()} if grammar is not None else {}
+    parser = CallStreamParser(plan.syntax) if mode == "calls" else None
+    # Stop sequences would cut JSON or a call short of parsing; they only apply to text. Under
+    # a grammar, marker text is scrubbed from the stream instead (it can only sit in a string).
+    stops = grammar is None or grammar.free_text
+    async for event in _answer_events(ctx, full, extra, parser, stops=stops):
+        yield event
+
+
+async def _answer_events(
+    ctx: PhaseContext, full: str, extra: dict[str, Any], parser: CallStreamParser | None, *, stops: bool
+) -> AsyncIterator[EngineEvent]:
+    trim = LeadingTrim()
+    truncated = False
+    scrub = MarkerScrub(ctx.fmt.markers)
+    # Free text only: JSON or a call never holds the draft's framing sentences.
+    framing = PhraseScrub(ctx.fmt.scaffold if parser is None and stops else ())
+    async for piece in answer(ctx, full, extra, stops=stops):
+        if isinstance(piece, CompletionResult):
+            truncated = piece.finish_reason == "length"
+            piece = framing.feed(scrub.flush()) + framing.flush()
+        else:
+            piece = framing.feed(scrub.feed(piece))
+        if not piece:
+            continue
+        if parser is not None:
+            for delta in parser.feed(piece):
+                yield delta
+        elif text := trim(piece):
+            yield ContentDelta(text)
+    reason: FinishReason = "stop"
+    if truncated or ctx.context_full:
+        reason = "length"
+    elif parser is not None and parser.count:
+        reason = "tool_calls"
+    yield ctx.finish(reason)

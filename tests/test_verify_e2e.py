@@ -1,0 +1,147 @@
+"""``kimi-server verify`` end to end: the real server on the default model under each
+contract, and the server in front of llama.cpp's own HTTP server. Every check must pass or
+skip with a reason; a failure prints the checks that failed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import DEFAULT_MODEL, LiveServer, start_server, stop_server
+from tests.upstreams.fixtures import llamacpp_server
+
+pytestmark = pytest.mark.e2e
+
+# kimi-k3.1-pro-highspeed has the same rules as kimi-k3.1-pro: two models cover the table. The
+# other runs check kimi-k3 alone, the model whose rules the two contracts disagree on (each model
+# adds minutes of generation on two CPU cores).
+MODELS = ("kimi-k3.1-pro", "kimi-k3")
+ALL_MODELS = ("kimi-k3.1-pro", "kimi-k3.1-pro-highspeed", "kimi-k3")
+
+
+def verify(
+    server: LiveServer, contract: str, *extra: str, models: tuple[str, ...] = ("kimi-k3",)
+) -> tuple[int, dict[str, Any]]:
+    """Runs the command as a user would, in its own process."""
+    model_args = [arg for m in models for arg in ("--model", m)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kimi_server.cli",
+        "verify",
+        server.base_url,
+        "--key",
+        server.key,
+        "--contract",
+        contract,
+        "--json",
+        "--timeout",
+        "600",
+        *model_args,
+        *extra,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
+    return done.returncode, json.loads(done.stdout)
+
+
+def by_status(report: dict[str, Any], status: str) -> list[str]:
+    return [f"{r['group']}: {r['check']}: {r['detail']}" for r in report["results"] if r["status"] == status]
+
+
+def passes(report: dict[str, Any], code: int) -> None:
+    assert by_status(report, "FAIL") == []
+    assert code == 0
+    assert report["ok"] is True
+    skipped = by_status(report, "SKIP")
+    assert all(line.split(": ", 2)[2] for line in skipped), "a skip without a reason"
+
+
+@pytest.fixture(scope="module")
+def moonshot_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    proc, server = start_server(
+        tmp_path_factory.mktemp("verify-moonshot"), "--model", DEFAULT_MODEL, "--contract", "moonshot"
+    )
+    try:
+        yield server
+    finally:
+        stop_server(proc)
+
+
+def test_the_embedded_default_model_keeps_the_evolink_contract(default_model_server: LiveServer) -> None:
+    code, report = verify(default_model_server, "evolink", models=MODELS)
+    passes(report, code)
+    groups = {r["group"] for r in report["results"] if r["status"] == "PASS"}
+    # Everything the embedded engine does is checked, not skipped.
+    assert groups >= {
+        "params",
+        "effort",
+        "streaming",
+        "usage",
+        "tools",
+        "structured",
+        "dynamic_tools",
+        "web_search",
+        "media",
+        "responses",
+        "errors",
+        "cache",
+    }
+    assert [r["status"] for r in report["results"] if r["group"] == "latency"] == ["INFO", "INFO"]
+    # The rules only the moonshot contract has are skipped here, saying why.
+    assert "params: penalties fixed at 0 [kimi-k3]: the evolink contract does not fix the penalties" in (
+        by_status(report, "SKIP")
+    )
+
+
+def test_the_embedded_default_model_keeps_the_moonshot_contract(moonshot_server: LiveServer) -> None:
+    code, report = verify(moonshot_server, "moonshot")
+    passes(report, code)
+    passed = {f"{r['group']}: {r['check']}" for r in report["results"] if r["status"] == "PASS"}
+    assert {
+        "params: penalties fixed at 0 [kimi-k3]",
+        "params: non-thinking temperature [kimi-k3]",
+        "effort: thinking switch",
+    } <= passed
+
+
+def test_the_wrong_contract_is_caught(default_model_server: LiveServer) -> None:
+    """An evolink server held to Moonshot's rules fails where the two differ, saying how."""
+    code, report = verify(default_model_server, "moonshot", "--only", "params", "--only", "effort")
+    assert code == 1
+    failed = "\n".join(by_status(report, "FAIL"))
+    assert "params: penalties fixed at 0 [kimi-k3]: expected 400, got 200" in failed
+    assert "effort: thinking switch: reasoning_content present with thinking disabled" in failed
+
+
+@pytest.fixture(scope="module")
+def llamacpp_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with llamacpp_server(tmp_path_factory.mktemp("verify-llamacpp"), DEFAULT_MODEL) as url:
+        yield url
+
+
+@pytest.mark.parametrize("contract", ["evolink", "moonshot"])
+def test_the_server_in_front_of_llamacpp_keeps_the_contract(
+    llamacpp_upstream: str, contract: str, tmp_path: Path
+) -> None:
+    # llama.cpp's server reports its cache reads, so the route says so (prompt_cache); a model
+    # name that cannot be loaded: with every id routed upstream the embedded engine never starts.
+    upstream = {"base_url": llamacpp_upstream, "dialect": "llamacpp", "capabilities": {"prompt_cache": True}}
+    routes = {model: {"engine": "upstream", "upstreams": [upstream]} for model in ALL_MODELS}
+    proc, front = start_server(
+        tmp_path, "--model", "no-such-model", "--contract", contract, env={"KIMI_ROUTES": json.dumps(routes)}
+    )
+    try:
+        code, report = verify(front, contract)
+    finally:
+        stop_server(proc)
+    passes(report, code)
+    skipped = "\n".join(by_status(report, "SKIP"))
+    # llama.cpp's server runs a model without a thinking mode: the rules about reasoning are
+    # skipped with that reason, never failed and never hidden.
+    assert "streaming: reasoning before content: the model answered with no reasoning at all" in skipped
