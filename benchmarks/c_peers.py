@@ -100,7 +100,7 @@ def wrk(url: str, key: str, body: str, connections: int, seconds: float) -> WrkR
         )
     try:
         out = subprocess.run(
-            ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", script.name, url],
+            ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", script.name, url],
             capture_output=True,
             text=True,
             check=True,

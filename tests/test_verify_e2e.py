@@ -112,7 +112,7 @@ def test_the_embedded_default_model_keeps_the_moonshot_contract(moonshot_server:
 
 def test_the_wrong_contract_is_caught(default_model_server: LiveServer) -> None:
     """An evolink server held to Moonshot's rules fails where the two differ, saying how."""
-    code, report = verify(default_model_server, "moonshot", "--only", "params", "--only", "effort")
+    code, report = verify(default_model_server, "moonshot", "--only", "params", "--only", "effort", models=MODELS)
     assert code == 1
     failed = "\n".join(by_status(report, "FAIL"))
     assert "params: penalties fixed at 0 [kimi-k3]: expected 400, got 200" in failed

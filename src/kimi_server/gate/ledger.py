@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from kimi_server.store.models import ApiKeyRow, UsageRow
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 500
+BUSY_WAIT = 10.0  # seconds a commit retries a file other workers hold, before it counts as failed
 
 
 @dataclass
@@ -76,7 +78,9 @@ class Ledger:
             try:
                 writer.commit([row], spend)
             except Exception as exc:
-                log.warning("ledger commit failed (inline): %s; handing the row to the writer", type(exc).__name__)
+                # Another worker's commit holding the file is routine: the writer retries it.
+                if not _busy(exc):
+                    log.warning("ledger commit failed (inline): %s; handing the row to the writer", type(exc).__name__)
             else:
                 self.commits += 1
                 self.rows += 1
@@ -128,7 +132,7 @@ class Ledger:
                 inline = self._inline_writer()
                 if inline is not None:
                     # No fsync: a WAL append takes microseconds, less than a thread hop.
-                    inline.commit(rows, spend)
+                    await _commit_when_free(inline, rows, spend)
                 elif self._sqlite is not None:
                     await asyncio.get_running_loop().run_in_executor(self._thread, self._sqlite.commit, rows, spend)
                 else:
@@ -160,6 +164,25 @@ class Ledger:
                 )
 
 
+def _busy(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+async def _commit_when_free(writer: _SqliteWriter, rows: list[dict[str, Any]], spend: dict[str, int]) -> None:
+    """Commits on the event loop, retrying a file another worker holds with short async pauses."""
+    deadline = time.monotonic() + BUSY_WAIT
+    pause = 0.0002
+    while True:
+        try:
+            writer.commit(rows, spend)
+            return
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.01)
+
+
 class _SqliteWriter:
     """SQLite commits on one thread with the stdlib driver: one thread hop per batch instead of
     one per statement (what an async driver costs), which matters most on a busy machine."""
@@ -171,7 +194,11 @@ class _SqliteWriter:
 
     def commit(self, rows: list[dict[str, Any]], spend: dict[str, int]) -> None:
         if self._conn is None:
-            self._conn = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+            # Committed on the event loop (NORMAL), a file another worker holds must not be
+            # waited on inside SQLite's sleeping busy handler: the loop would stop. It fails at
+            # once instead and ``_commit_when_free`` retries it from the loop.
+            timeout = 0 if self.synchronous == "NORMAL" else 10
+            self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn = self._conn

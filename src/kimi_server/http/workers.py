@@ -1,8 +1,9 @@
 """Several server processes on one port: ``serve --workers N``.
 
-uvicorn's supervisor binds the port once and starts N workers, each a fresh interpreter that
-builds its own app from the parent's settings (written to a private 0600 file, named by an
-environment variable). What must hold across workers is shared outside them:
+uvicorn's supervisor starts N workers, each listening on the port with a socket of its own
+(``PortPerWorker``), each a fresh interpreter that builds its own app from the parent's
+settings (written to a private 0600 file, named by an environment variable). What must hold
+across workers is shared outside them:
 
 - the database (keys, ledger): SQLite in WAL mode or PostgreSQL, migrated once by the parent
   before any worker starts; each worker sees a revoked key within ``key_cache_seconds`` as one
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -141,12 +143,65 @@ def __getattr__(name: str) -> Any:
 def run(settings: Settings, workers: int, options: dict[str, Any]) -> None:
     """Serves with ``workers`` processes; ``options``: uvicorn keyword arguments (no app)."""
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     migrate_once(settings)
+    arguments: dict[str, Any] = {
+        **options,
+        "factory": True,
+        "workers": workers,
+        "http": "kimi_server.http.workers:Protocol",
+    }
     with shared_state(settings):
-        uvicorn.run(
-            "kimi_server.http.workers:app",
-            factory=True,
-            workers=workers,
-            **{**options, "http": "kimi_server.http.workers:Protocol"},
-        )
+        if not hasattr(socket, "SO_REUSEPORT"):  # one socket shared by all (uvicorn's own way)
+            uvicorn.run("kimi_server.http.workers:app", **arguments)
+            return
+        config = uvicorn.Config("kimi_server.http.workers:app", **arguments)
+        listener = PortPerWorker.reserve(config.host, config.port, config.backlog)
+        try:
+            Multiprocess(config, sockets=[listener]).run()
+        finally:
+            listener.close()
+
+
+class PortPerWorker(socket.socket):
+    """The port, reserved in the supervisor (bound, never listening) and handed to each worker
+    as a listening socket of its own (``SO_REUSEPORT``), so the kernel spreads new connections
+    evenly over the workers. With one shared socket, the worker that wakes first accepts every
+    connection waiting, and a keep-alive client stays with it: one worker busy, the rest idle.
+    Pickled for a worker (uvicorn starts them with ``spawn``), it becomes that worker's socket."""
+
+    host: str
+    port: int
+    backlog: int
+
+    @classmethod
+    def reserve(cls, host: str, port: int, backlog: int) -> PortPerWorker:
+        sock = cls(_family(host), socket.SOCK_STREAM)
+        sock.host, sock.port, sock.backlog = host, port, backlog
+        try:
+            _reuse_port(sock).bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise SystemExit(f"error: cannot listen on {host}:{port}: {exc.strerror}") from None
+        return sock
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (listen_in_worker, (self.host, self.port, self.backlog))
+
+
+def listen_in_worker(host: str, port: int, backlog: int) -> socket.socket:
+    sock = _reuse_port(socket.socket(_family(host), socket.SOCK_STREAM))
+    sock.bind((host, port))
+    sock.listen(backlog)
+    return sock
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _reuse_port(sock: socket.socket) -> socket.socket:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    return sock
