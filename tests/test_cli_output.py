@@ -110,10 +110,11 @@ def test_version_and_help() -> None:
     runner = CliRunner()
     version = runner.invoke(cli_app, ["--version"])
     assert version.exit_code == 0 and version.stdout.strip() == f"kimi-server {__version__}"
-    for command in ([], ["keys", "list"], ["keys", "create"], ["usage"], ["upstreams", "check"], ["serve"]):
+    commands: list[list[str]] = [[], ["keys", "list"], ["keys", "create"], ["usage"], ["upstreams", "check"]]
+    for command in [*commands, ["serve"], ["chat"], ["verify"]]:
         shown = runner.invoke(cli_app, [*command, "--help"], env={"COLUMNS": "160"})
         assert shown.exit_code == 0, shown.output
-        assert "<bool>" not in shown.stdout, (command, shown.stdout)
+        assert "<bool>" not in shown.stdout and "<list[" not in shown.stdout, (command, shown.stdout)
         assert "--help" in shown.stdout
     # Options that take values still say which kind.
     assert "<path>" in runner.invoke(cli_app, ["keys", "list", "--help"], env={"COLUMNS": "160"}).stdout
