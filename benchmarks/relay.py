@@ -1,4 +1,4 @@
-"""What kimi-server costs when it relays an upstream engine, against the best bare relay.
+"""What kimi-server costs when it relays an upstream engine, against the best bare relays.
 
 One run starts, on 127.0.0.1, a fast fake upstream (raw asyncio: it answers at once and costs
 almost nothing) and the relays under test, each pinned to the same core (the last one) while
@@ -6,8 +6,10 @@ the upstream and this load generator share the others:
 
 - ``bare16``: a few lines of Starlette + httpx forwarding bytes unchanged, its upstream
   connections spread over 16 ``httpx.AsyncClient`` s (one pool's CPU cost per request grows
-  with the connections it holds, so this is the fastest bare Python relay);
+  with the connections it holds, so this is the fastest Starlette + httpx relay);
 - ``bare``: the same with one pool of 256 connections;
+- ``bare wire``: no framework at all, an ASGI function on uvicorn's httptools protocol
+  forwarding bytes through the lean upstream client kimi-server itself uses: the floor;
 - ``kimi static``: ``kimi-server serve --upstream`` with a static key (ledger on);
 - ``kimi stored``: the same with a stored key with RPM, TPM and a budget (limits + ledger);
 - ``litellm``: LiteLLM's proxy, only where it is installed (``--litellm``).
@@ -43,7 +45,7 @@ from benchmarks import c_peers
 from benchmarks._measure import machine_note
 from benchmarks._server import KEY, _free_port
 from benchmarks.relay_load import BODY, Conn, events, pin, rps, rss_mb, sequential, start, tree_cpu
-from benchmarks.relay_peers import serve_bare, serve_upstream, short_sse
+from benchmarks.relay_peers import serve_bare, serve_bare_wire, serve_upstream, short_sse
 
 
 @dataclass
@@ -174,22 +176,33 @@ def report(relays: list[Relay], direct_note: str) -> None:
 
 def verdict(relays: list[Relay]) -> None:
     by = {r.name: r for r in relays}
-    base, kimi = by["bare16"], by["kimi stored"]
+    kimi, bare16, floor = by["kimi stored"], by["bare16"], by["bare wire"]
+    # The issue's absolute targets were set where bare16 cost 0.74 ms of CPU a request and
+    # added 1.30 ms: as ratios to bare16 (2.0x, 1.15x) they carry over to a machine of another
+    # speed; the absolute figures are printed too.
     checks = [
-        ("requests/s at 64 vs bare16", kimi.median("rps64") / base.median("rps64"), ">=", 0.5, "x"),
-        ("CPU per request at 64", kimi.median("cpu64") * 1000, "<=", 1.5, " ms"),
-        ("SSE events/s vs bare16", kimi.median("events") / base.median("events"), ">=", 0.8, "x"),
-        ("added latency p50", kimi.median("added") * 1000, "<=", 1.5, " ms"),
+        ("requests/s at 64 vs bare16", kimi.median("rps64") / bare16.median("rps64"), ">=", 0.5, "x"),
+        ("CPU per request vs bare16", kimi.median("cpu64") / bare16.median("cpu64"), "<=", 2.0, "x"),
+        ("CPU per request at 64 (absolute)", kimi.median("cpu64") * 1000, "<=", 1.5, " ms"),
+        ("SSE events/s vs bare16", kimi.median("events") / bare16.median("events"), ">=", 0.8, "x"),
+        ("added latency p50 vs bare16", kimi.median("added") / bare16.median("added"), "<=", 1.15, "x"),
+        ("added latency p50 (absolute)", kimi.median("added") * 1000, "<=", 1.5, " ms"),
         ("requests/s 64 vs 32 concurrent", kimi.median("rps64") / kimi.median("rps32"), ">=", 0.9, "x"),
         # What requests/s becomes once each relay has its core to itself (a quiet machine):
         # the ratio of CPU per request, which other load on the machine barely moves.
-        ("requests per CPU-second vs bare16", base.median("cpu64") / kimi.median("cpu64"), ">=", 0.5, "x"),
-        ("SSE events per CPU-second vs bare16", base.median("cpu_event") / kimi.median("cpu_event"), ">=", 0.8, "x"),
+        ("requests per CPU-second vs bare16", bare16.median("cpu64") / kimi.median("cpu64"), ">=", 0.5, "x"),
+        ("SSE events per CPU-second vs bare16", bare16.median("cpu_event") / kimi.median("cpu_event"), ">=", 0.8, "x"),
     ]
-    print("\nkimi-server (stored key, limits, ledger) against the targets:")
+    print("\nkimi-server (stored key, limits, ledger) against the targets (baseline: bare16):")
     for label, value, op, target, unit in checks:
         ok = value >= target if op == ">=" else value <= target
-        print(f"  {label:34} {value:8.2f}{unit:3}  target {op} {target}{unit}  {'ok' if ok else 'MISSED'}")
+        print(f"  {label:36} {value:8.2f}{unit:3}  target {op} {target}{unit}  {'ok' if ok else 'MISSED'}")
+    # The floor forwards bytes and checks nothing: what kimi-server's contract, gateway and
+    # ledger cost on top of the same parts.
+    print("\nkimi-server against the floor (bare wire), no target:")
+    print(f"  requests per CPU-second   {floor.median('cpu64') / kimi.median('cpu64'):.2f}x")
+    print(f"  SSE events per CPU-second {floor.median('cpu_event') / kimi.median('cpu_event'):.2f}x")
+    print(f"  added latency p50         {kimi.median('added') / floor.median('added'):.2f}x the floor's")
 
 
 def run_relays(args: argparse.Namespace, upstream: str, up_port: int, relay_cores: set[int] | None) -> None:
@@ -201,6 +214,9 @@ def run_relays(args: argparse.Namespace, upstream: str, up_port: int, relay_core
                 port = _free_port()
                 proc = start([*me, "--serve-bare", str(port), upstream, str(clients)], port, relay_cores)
                 relays.append(Relay(name, port, proc))
+            port = _free_port()
+            proc = start([*me, "--serve-bare-wire", str(port), upstream, "1"], port, relay_cores)
+            relays.append(Relay("bare wire", port, proc))
             relays.append(start_kimi(tmp, "kimi static", upstream, relay_cores))
             relays.append(start_kimi(tmp, "kimi stored", upstream, relay_cores, stored=True))
             if args.litellm:
@@ -260,8 +276,14 @@ def run_workers(args: argparse.Namespace, upstream: str) -> None:
     if nginx is not None:
         upstream = f"http://127.0.0.1:{nginx.port}/v1"
     seconds = max(3.0, args.requests / 400)
+    me = [sys.executable, "-m", "benchmarks.relay"]
     with tempfile.TemporaryDirectory() as tmp:
         relays = [start_kimi(tmp, f"kimi workers={n}", upstream, None, workers=n, stored=True) for n in counts]
+        # The same scaling for the floor: what the machine allows any relay with these peers.
+        for n in counts:
+            port = _free_port()
+            proc = start([*me, "--serve-bare-wire", str(port), upstream, str(n)], port, None)
+            relays.append(Relay(f"bare wire x{n}", port, proc))
         try:
             for r in relays:  # every worker up and warm (/health answered once the first was)
                 time.sleep(2)
@@ -286,14 +308,18 @@ def report_workers(relays: list[Relay], cores: int, *, with_c_peers: bool) -> No
         else "the Python upstream and client (install nginx and wrk for peers that leave the cores to the relay)"
     )
     print(f"\n--workers scaling (stored key, 64 concurrent, not pinned, {cores} cores shared with {peers}):")
+    by = {r.name: r for r in relays}
     for r in relays:
+        first = by[r.name.rsplit("=", 1)[0] + "=1"] if "=" in r.name else by[r.name.rsplit("x", 1)[0] + "x1"]
         print(
-            f"  {r.name:18} {r.median('rps64'):8,.0f} requests/s  {r.median('rps64') / one:.2f}x one worker  "
-            f"CPU per request {r.median('cpu64') * 1000:.2f} ms (all workers)"
+            f"  {r.name:18} {r.median('rps64'):8,.0f} requests/s  {r.median('rps64') / first.median('rps64'):.2f}x "
+            f"one process  CPU per request {r.median('cpu64') * 1000:.2f} ms (all processes)"
         )
-    if len(relays) > 1:
-        two = relays[1].median("rps64") / one
+    if "kimi workers=2" in by:
+        two = by["kimi workers=2"].median("rps64") / one
+        floor = by["bare wire x2"].median("rps64") / by["bare wire x1"].median("rps64")
         print(f"  --workers 2 vs 1: {two:.2f}x  target >= 1.7x  {'ok' if two >= 1.7 else 'MISSED'}")
+        print(f"  the floor's 2 vs 1 on the same machine and peers: {floor:.2f}x")
 
 
 def main() -> None:
@@ -305,14 +331,18 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", action="store_true", help="also the --workers 1, 2, N scaling run")
+    parser.add_argument("--workers-only", action="store_true", help="only the --workers scaling run")
     parser.add_argument("--litellm", action="store_true", help="also LiteLLM's proxy, where installed")
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-bare", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-bare-wire", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
         return serve_upstream(args.serve_upstream, args.chunks)
     if args.serve_bare:
         return serve_bare(int(args.serve_bare[0]), args.serve_bare[1], int(args.serve_bare[2]))
+    if args.serve_bare_wire:
+        return serve_bare_wire(int(args.serve_bare_wire[0]), args.serve_bare_wire[1], int(args.serve_bare_wire[2]))
     if args.quick:
         args.requests, args.sequential, args.streams = 1000, 100, 32
 
@@ -328,8 +358,9 @@ def main() -> None:
         others,
     )
     try:
-        run_relays(args, upstream, up_port, relay_cores)
-        if args.workers:
+        if not args.workers_only:
+            run_relays(args, upstream, up_port, relay_cores)
+        if args.workers or args.workers_only:
             pin(os.getpid(), set(cores) or None)
             run_workers(args, upstream)
     finally:

@@ -128,3 +128,72 @@ def serve_bare(port: int, upstream: str, clients: int) -> None:
 
     app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def serve_bare_wire(port: int, upstream: str, processes: int = 1) -> None:
+    """The floor: a framework-free ASGI app on uvicorn's httptools protocol, forwarding bytes
+    through the same lean upstream client kimi-server uses (``engines/upstream/wire_pool.py``).
+    No auth, no checks, no parsing: what relaying alone costs in Python with these parts.
+    ``processes`` > 1: that many, each on its own ``SO_REUSEPORT`` socket (as ``--workers``)."""
+    if processes > 1:
+        _fork_and_serve(port, upstream, processes)
+        return
+    _serve_wire(port, upstream)
+
+
+def _fork_and_serve(port: int, upstream: str, processes: int) -> None:
+    import os
+    import signal
+
+    children = []
+    for _ in range(processes):
+        pid = os.fork()
+        if pid == 0:
+            _serve_wire(port, upstream)
+            os._exit(0)
+        children.append(pid)
+
+    def stop(*_: object) -> None:
+        for child in children:
+            os.kill(child, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    for child in children:
+        os.waitpid(child, 0)
+
+
+def _serve_wire(port: int, upstream: str) -> None:
+    import socket
+
+    import uvicorn
+
+    from kimi_server.engines.upstream.wire_pool import Pool, Timeouts, request_head
+
+    url = f"{upstream}/chat/completions"
+    pool = Pool(url, 256)
+    head = request_head(url, {})
+    timeouts = Timeouts(connect=10.0, read=60.0, pool=10.0)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        async with pool.post(head, b"".join(chunks), timeouts) as resp:
+            ctype = resp.headers.get("content-type", "application/json").encode()
+            await send({"type": "http.response.start", "status": resp.status, "headers": [(b"content-type", ctype)]})
+            async for part in resp:
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", port))
+    # A socket that names TCP (and is passed whole, not as a descriptor, which uvicorn takes for
+    # a Unix socket): only then does asyncio turn Nagle's algorithm off on its connections.
+    config = uvicorn.Config(app, log_level="warning", http="httptools", loop="asyncio")
+    uvicorn.Server(config).run(sockets=[sock])

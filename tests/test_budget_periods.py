@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from kimi_server.cli import app as cli_app
 from kimi_server.gate.limits import Limits
 from kimi_server.gate.periods import period_end, period_start
-from kimi_server.gate.shared_limits import SqliteLimiter
+from kimi_server.gate.shared_limits import MappedLimiter
 from tests.gateway_util import ADMIN_KEY, REDIS_URL, chat_body, make_app, postgres_database, redis_prefix, serve
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -224,7 +224,7 @@ def test_the_workers_shared_file_starts_a_new_period_over(tmp_path: Path) -> Non
     """``serve --workers`` without Redis: the limits file keeps the period with the spend."""
 
     async def run() -> None:
-        a, b = SqliteLimiter(tmp_path / "l.sqlite3"), SqliteLimiter(tmp_path / "l.sqlite3")
+        a, b = MappedLimiter(tmp_path / "l.map"), MappedLimiter(tmp_path / "l.map")
         today = Limits(budget_nanos=100, spent_nanos=0, period=7)
         assert (await a.reserve("key", today, 0, 10)).admitted
         await b.settle("key", today, 0, 10, 150)  # the request cost more than the budget

@@ -270,6 +270,33 @@ def test_client_disconnect_closes_the_upstream_request(tmp_path: Path) -> None:
             stop_server(proc)
 
 
+@pytest.mark.e2e
+def test_client_leaving_a_non_streaming_request_closes_the_upstream_request(tmp_path: Path) -> None:
+    """Through a real uvicorn server, whose protocol tells the request its connection is gone:
+    the client gives up waiting for a whole answer, and the upstream sees the relay go too."""
+    with FakeUpstream(endless) as up:
+        proc, server = start_server(tmp_path, "--upstream", up.url, "--model", "no-such-model", "--workers", "1")
+        try:
+            headers = {"Authorization": f"Bearer {server.key}"}
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(
+                    f"{server.base_url}/chat/completions",
+                    headers=headers,
+                    timeout=httpx.Timeout(30, read=1.5),
+                    json={**BODY, "max_tokens": 100000},
+                )
+            deadline = time.monotonic() + 20
+            while up.disconnects == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert up.disconnects == 1
+            stats = httpx.get(f"{server.base_url}/engine/stats", headers=headers).json()["data"][0]
+            assert stats["cancelled_calls"] == 1 and stats["active_calls"] == 0
+            # The server goes on serving: the cancellation ended that request alone.
+            assert httpx.get(f"{server.base_url}/models", headers=headers).status_code == 200
+        finally:
+            stop_server(proc)
+
+
 @pytest.mark.parametrize("fault", [stall_mid_stream])
 def test_nothing_hangs_past_the_read_timeout(fault: Any, tmp_path: Path) -> None:
     with FakeUpstream(fault) as up, front(tmp_path, config(up.url, read_timeout=0.5)) as f:

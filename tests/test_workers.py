@@ -164,3 +164,33 @@ def test_default_workers_one_per_core_for_upstreams_one_for_the_embedded_engine(
     assert worker_count(relayed.model_copy(update={"workers": 3}), build_engines(relayed)) == 3
     scripted = Settings(data_dir=tmp_path)
     assert worker_count(scripted, build_engines(scripted, {"KIMI_TEST_ENGINE": "scripted"})) == 1
+
+
+def test_a_workers_connections_send_small_writes_at_once() -> None:
+    """Each worker's own listening socket names TCP, so asyncio switches Nagle's algorithm off
+    on the connections it accepts: a response written in parts (head, body, a stream's
+    events) is not held back waiting for the client's delayed ACK."""
+    import asyncio
+    import socket
+
+    from kimi_server.http.workers import listen_in_worker
+
+    async def accepted_nodelay() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                sock = transport.get_extra_info("socket")
+                seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+        listener = listen_in_worker("127.0.0.1", 0, 8)
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listener)
+        port = listener.getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            return await asyncio.wait_for(seen, 10)
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(accepted_nodelay()) == 1

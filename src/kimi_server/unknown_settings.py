@@ -55,18 +55,23 @@ def unknown_keys(data: Mapping[str, Any], model: type[BaseModel], where: str = "
             yield f"unknown setting '{path}'{_nearest(key, fields)}"
             continue
         nested, shape = _nested_model(fields[key].annotation)
-        if nested is None:
-            continue
-        if shape == "one" and isinstance(value, Mapping):
-            yield from unknown_keys(value, nested, f"{path}.")
-        elif shape == "dict" and isinstance(value, Mapping):
-            for name, item in value.items():
-                if isinstance(item, Mapping):
-                    yield from unknown_keys(item, nested, f"{path}.{name}.")
-        elif shape == "list" and isinstance(value, list):
-            for n, item in enumerate(value):
-                if isinstance(item, Mapping):
-                    yield from unknown_keys(item, nested, f"{path}[{n}].")
+        if nested is not None:
+            yield from _unknown_nested_keys(value, nested, shape, path)
+
+
+def _unknown_nested_keys(value: Any, nested: type[BaseModel], shape: str, path: str) -> Iterable[str]:
+    """``unknown_keys`` of the tables in ``value``, a field holding ``nested`` as ``shape``
+    (see ``_nested_model``); a value of the wrong type is left to validation."""
+    if shape == "one" and isinstance(value, Mapping):
+        yield from unknown_keys(value, nested, f"{path}.")
+    elif shape == "dict" and isinstance(value, Mapping):
+        for name, item in value.items():
+            if isinstance(item, Mapping):
+                yield from unknown_keys(item, nested, f"{path}.{name}.")
+    elif shape == "list" and isinstance(value, list):
+        for n, item in enumerate(value):
+            if isinstance(item, Mapping):
+                yield from unknown_keys(item, nested, f"{path}[{n}].")
 
 
 def explain_extras(error: ValidationError, model: type[BaseModel]) -> UnknownSettingError | None:

@@ -70,7 +70,8 @@ def _chat_turn(client: openai.OpenAI, session: Session, prompt: str) -> Iterator
     yield Done(reasoning_tokens)
 
 
-def _responses_turn(client: openai.OpenAI, session: Session, prompt: str) -> Iterator[Piece | Done]:
+def _responses_extra(session: Session) -> dict[str, Any]:
+    """The request's fields beyond model and input, sent as plain body fields."""
     reasoning: dict[str, Any] = {"summary": "detailed"}
     if session.effort:
         reasoning["effort"] = session.effort
@@ -79,12 +80,16 @@ def _responses_turn(client: openai.OpenAI, session: Session, prompt: str) -> Ite
         extra["max_output_tokens"] = session.max_tokens
     if session.system:
         extra["instructions"] = session.system
+    return extra
+
+
+def _responses_turn(client: openai.OpenAI, session: Session, prompt: str) -> Iterator[Piece | Done]:
     items: Any = session.response_input(prompt)
     stream = client.responses.create(
         model=session.model,
         input=items,
         stream=True,
-        extra_body=extra,
+        extra_body=_responses_extra(session),
     )
     reasoning_tokens: int | None = None
     full_text = False  # once the full reasoning streams, its summary would repeat it

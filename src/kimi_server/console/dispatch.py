@@ -42,6 +42,26 @@ async def forward(app: ASGIApp, outer: Scope, path: str, key: str, body: bytes) 
     async def send(message: Message) -> None:
         await queue.put(message)
 
+    scope = _inner_scope(outer, path, key, body)
+
+    async def run() -> None:
+        try:
+            await app(scope, receive, send)
+        finally:
+            queue.put_nowait(_END)
+
+    task = asyncio.get_running_loop().create_task(run())
+    start = await queue.get()
+    if start["type"] != "http.response.start":
+        gone.set()
+        await asyncio.gather(task, return_exceptions=True)
+        raise RuntimeError("the API answered without a response")
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in start.get("headers", [])}
+    return Forwarded(int(start["status"]), headers.get("content-type", "application/json"), _chunks(queue, gone, task))
+
+
+def _inner_scope(outer: Scope, path: str, key: str, body: bytes) -> Scope:
+    """The inner request's scope: a JSON POST bearing ``key``, from the outer request's client."""
     scope: Scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -63,36 +83,23 @@ async def forward(app: ASGIApp, outer: Scope, path: str, key: str, body: bytes) 
     }
     if "state" in outer:
         scope["state"] = dict(outer["state"])
+    return scope
 
-    async def run() -> None:
-        try:
-            await app(scope, receive, send)
-        finally:
-            queue.put_nowait(_END)
 
-    task = asyncio.get_running_loop().create_task(run())
-    start = await queue.get()
-    if start["type"] != "http.response.start":
+async def _chunks(queue: asyncio.Queue[Message], gone: asyncio.Event, task: asyncio.Task[None]) -> AsyncIterator[bytes]:
+    """The response body's pieces as ``task`` (the inner request) sends them to ``queue``."""
+    try:
+        while True:
+            message = await queue.get()
+            if message["type"] != "http.response.body":
+                return
+            if message.get("body"):
+                yield message["body"]
+            if not message.get("more_body", False):
+                return
+    finally:
+        # The browser left (or the answer ended): the inner request sees its client go,
+        # which stops the generation at its next token.
         gone.set()
-        await asyncio.gather(task, return_exceptions=True)
-        raise RuntimeError("the API answered without a response")
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in start.get("headers", [])}
-
-    async def chunks() -> AsyncIterator[bytes]:
-        try:
-            while True:
-                message = await queue.get()
-                if message["type"] != "http.response.body":
-                    return
-                if message.get("body"):
-                    yield message["body"]
-                if not message.get("more_body", False):
-                    return
-        finally:
-            # The browser left (or the answer ended): the inner request sees its client go,
-            # which stops the generation at its next token.
-            gone.set()
-            _running.add(task)
-            task.add_done_callback(_running.discard)
-
-    return Forwarded(int(start["status"]), headers.get("content-type", "application/json"), chunks())
+        _running.add(task)
+        task.add_done_callback(_running.discard)

@@ -7,7 +7,10 @@ figures.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 
 current_owner: ContextVar[str | None] = ContextVar("kimi_current_owner", default=None)
@@ -29,6 +32,19 @@ class CallCounters:
         self.active += 1
         self.active_by[owner] += 1
         return owner
+
+    @contextmanager
+    def call(self) -> Iterator[str]:
+        """``start`` … ``end`` around a call, counting it cancelled if its client left (the
+        generator closed, the task cancelled)."""
+        owner = self.start()
+        try:
+            yield owner
+        except (GeneratorExit, asyncio.CancelledError):
+            self.cancel(owner)
+            raise
+        finally:
+            self.end(owner)
 
     def end(self, owner: str) -> None:
         self.active -= 1

@@ -4,7 +4,8 @@ Requests hand their row to the writer and (when they can still answer) wait for 
 a row is durable before the response's last byte. The writer commits whatever has queued up
 while the previous commit ran, in one transaction with the keys' spend, so concurrent requests
 share one fsync instead of paying one each. Where a commit needs no fsync (SQLite with
-``synchronous=NORMAL``, the default) and nothing is queued, a request commits its own row at once.
+``synchronous=NORMAL``, the default) and nothing is queued, the rows of the requests that finish
+in one turn of the event loop are committed together at its end, on the loop itself.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Ledger:
         self.rows = 0
         self._sqlite: _SqliteWriter | None = None
         self._busy = False  # a batch is being committed (an inline commit would overtake it)
+        self._turn: list[_Pending] = []  # rows to commit at the end of this event-loop turn
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         if db.is_sqlite and db.engine.url.database:
             self._sqlite = _SqliteWriter(db.engine.url.database, db.sqlite_synchronous)
@@ -57,6 +59,8 @@ class Ledger:
         """Writes everything queued, then stops."""
         if self._task is None:
             return
+        if self._turn:
+            self._commit_turn()  # rows of this very turn: committed (or queued) before the end
         self._queue.put_nowait(None)
         await self._task
         self._task = None
@@ -70,27 +74,45 @@ class Ledger:
 
     async def write(self, row: dict[str, Any], *, stored_key: bool) -> None:
         """Queues a row and returns once it is committed."""
-        writer = self._inline_writer()
-        if writer is not None and self._queue.empty() and not self._busy:
-            # Nothing to batch with and no fsync to wait for: commit here, sparing the hand-over
-            # to the writer task and back (two turns of the event loop per request).
-            spend = {row["key_id"]: row["cost_nanos"]} if stored_key and row["cost_nanos"] else {}
-            try:
-                writer.commit([row], spend)
-            except Exception as exc:
-                # Another worker's commit holding the file is routine: the writer retries it.
-                if not _busy(exc):
-                    log.warning("ledger commit failed (inline): %s; handing the row to the writer", type(exc).__name__)
-            else:
-                self.commits += 1
-                self.rows += 1
-                return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Pending(row, stored_key, done))
+        pending = _Pending(row, stored_key, done)
+        if self._inline_writer() is not None and self._queue.empty() and not self._busy:
+            # No fsync to wait for: the rows of the requests that finish in this turn of the
+            # event loop are committed together at its end, on the loop, sparing the hand-over
+            # to the writer task and back.
+            self._turn.append(pending)
+            if len(self._turn) == 1:
+                asyncio.get_running_loop().call_soon(self._commit_turn)
+        else:
+            self._queue.put_nowait(pending)
         # Not shielded: a cancelled wait cancels only ``done`` (the writer skips a finished
         # future); the row stays queued and is written all the same. A shield costs two more
         # event-loop callbacks per request.
         await done
+
+    def _commit_turn(self) -> None:
+        batch, self._turn = self._turn, []
+        writer = self._inline_writer()
+        if writer is None or self._busy:
+            self._hand_over(batch)
+            return
+        try:
+            writer.commit([p.row for p in batch], _spend(batch))
+        except Exception as exc:
+            # Another worker's commit holding the file is routine: the writer retries it.
+            if not _busy(exc):
+                log.warning("ledger commit failed (inline): %s; handing the rows to the writer", type(exc).__name__)
+            self._hand_over(batch)
+            return
+        self.commits += 1
+        self.rows += len(batch)
+        for p in batch:
+            if p.done is not None and not p.done.done():
+                p.done.set_result(None)
+
+    def _hand_over(self, batch: list[_Pending]) -> None:
+        for p in batch:
+            self._queue.put_nowait(p)
 
     async def _run(self) -> None:
         stopping = False
@@ -121,28 +143,7 @@ class Ledger:
             self._busy = False
 
     async def _commit_batch(self, batch: list[_Pending]) -> None:
-        spend: dict[str, int] = defaultdict(int)
-        for p in batch:
-            if p.stored_key and p.row["cost_nanos"]:
-                spend[p.row["key_id"]] += p.row["cost_nanos"]
-        rows = [p.row for p in batch]
-        error: BaseException | None = None
-        for attempt in range(3):
-            try:
-                inline = self._inline_writer()
-                if inline is not None:
-                    # No fsync: a WAL append takes microseconds, less than a thread hop.
-                    await _commit_when_free(inline, rows, spend)
-                elif self._sqlite is not None:
-                    await asyncio.get_running_loop().run_in_executor(self._thread, self._sqlite.commit, rows, spend)
-                else:
-                    await self._commit_async(rows, spend)
-                error = None
-                break
-            except Exception as exc:
-                error = exc
-                log.warning("ledger commit failed (attempt %d): %s", attempt + 1, type(exc).__name__)
-                await asyncio.sleep(0.05 * (attempt + 1))
+        error = await self._commit_with_retries([p.row for p in batch], _spend(batch))
         self.commits += 1
         if error is None:
             self.rows += len(batch)
@@ -155,6 +156,29 @@ class Ledger:
         if error is not None:
             log.error("ledger: %d rows could not be written", len(batch))
 
+    async def _commit_with_retries(self, rows: list[dict[str, Any]], spend: dict[str, int]) -> BaseException | None:
+        """Commits the rows, three tries; the last failure, or None once committed."""
+        error: BaseException | None = None
+        for attempt in range(3):
+            try:
+                await self._commit_once(rows, spend)
+                return None
+            except Exception as exc:
+                error = exc
+                log.warning("ledger commit failed (attempt %d): %s", attempt + 1, type(exc).__name__)
+                await asyncio.sleep(0.05 * (attempt + 1))
+        return error
+
+    async def _commit_once(self, rows: list[dict[str, Any]], spend: dict[str, int]) -> None:
+        inline = self._inline_writer()
+        if inline is not None:
+            # No fsync: a WAL append takes microseconds, less than a thread hop.
+            await _commit_when_free(inline, rows, spend)
+        elif self._sqlite is not None:
+            await asyncio.get_running_loop().run_in_executor(self._thread, self._sqlite.commit, rows, spend)
+        else:
+            await self._commit_async(rows, spend)
+
     async def _commit_async(self, rows: list[dict[str, Any]], spend: dict[str, int]) -> None:
         async with self.db.sessions() as session, session.begin():
             await session.execute(insert(UsageRow), rows)
@@ -162,6 +186,15 @@ class Ledger:
                 await session.execute(
                     update(ApiKeyRow).where(ApiKeyRow.id == key_id).values(spent_nanos=ApiKeyRow.spent_nanos + nanos)
                 )
+
+
+def _spend(batch: list[_Pending]) -> dict[str, int]:
+    """What the batch's rows add to each stored key's spend."""
+    spend: dict[str, int] = defaultdict(int)
+    for p in batch:
+        if p.stored_key and p.row["cost_nanos"]:
+            spend[p.row["key_id"]] += p.row["cost_nanos"]
+    return spend
 
 
 def _busy(exc: BaseException) -> bool:

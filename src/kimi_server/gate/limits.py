@@ -73,6 +73,13 @@ class Limiter(Protocol):
     async def close(self) -> None: ...
 
 
+class InstantLimiter(Limiter, Protocol):
+    """A limiter whose calls never wait (in this process, or in memory shared by the workers):
+    a request settles with it on the spot, with no task to run it."""
+
+    def settle_now(self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int) -> None: ...
+
+
 def duration(seconds: float) -> str:
     """OpenAI's reset format: ``1m30s``, ``2.5s``, ``20ms``."""
     if seconds < 1:

@@ -27,10 +27,11 @@ from kimi_server.engines.types import (
 )
 from kimi_server.gate.budget_alerts import BudgetAlerts
 from kimi_server.gate.ledger import Ledger
-from kimi_server.gate.limits import Limiter, Limits
+from kimi_server.gate.limits import InstantLimiter, Limiter, Limits, LocalLimiter
 from kimi_server.gate.metrics import Metrics
 from kimi_server.gate.periods import period_start, period_tag
 from kimi_server.gate.prices import Billable, PriceBook
+from kimi_server.gate.shared_limits import MappedLimiter
 from kimi_server.gate.ticket import Ticket, request_record
 
 SETTLE_WAIT = 0.5  # seconds a response waits at most for its limits to settle
@@ -53,6 +54,15 @@ class Meter:
         self.alerts = alerts
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def limiter(self) -> Limiter:
+        return self._limiter
+
+    @limiter.setter
+    def limiter(self, limiter: Limiter) -> None:
+        self._limiter = limiter
+        self._instant: InstantLimiter | None = limiter if isinstance(limiter, LocalLimiter | MappedLimiter) else None
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Runs ``work`` off the request; ``close`` waits for it."""
@@ -102,21 +112,21 @@ class Meter:
             ("output", row["completion_tokens"]),
         ):
             if n:
-                m.tokens.labels(t.model, cls).inc(n)
+                m.child(m.tokens, t.model, cls).inc(n)
         if row["cached_tokens"]:
-            m.cache_hits.labels(t.model).inc()
+            m.child(m.cache_hits, t.model).inc()
         if row["cost_nanos"]:
-            m.spend.labels(t.model).inc(row["cost_nanos"] / 1e9)
+            m.child(m.spend, t.model).inc(row["cost_nanos"] / 1e9)
         if ttft is not None:
-            m.ttft.labels(t.model).observe(ttft)
+            m.child(m.ttft, t.model).observe(ttft)
         if not t.reserved:
             return None
         used = row["prompt_tokens"] + row["completion_tokens"]
-        return self.spawn(
-            self.limiter.settle(
-                t.key_id, self._settling_limits(t, row), t.reserved_tokens - used, t.hold_nanos, row["cost_nanos"]
-            )
-        )
+        args = (t.key_id, self._settling_limits(t, row), t.reserved_tokens - used, t.hold_nanos, row["cost_nanos"])
+        if self._instant is not None:
+            self._instant.settle_now(*args)  # no I/O: settled before the response goes on
+            return None
+        return self.spawn(self.limiter.settle(*args))
 
     @staticmethod
     def _settling_limits(t: Ticket, row: dict[str, Any]) -> Limits:

@@ -12,10 +12,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
@@ -25,6 +26,7 @@ disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created seri
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 ENGINE_REFRESH_SECONDS = 1.0
 EngineStats = Callable[[], list[tuple[str, dict[str, int]]]]
+M = TypeVar("M", bound=MetricWrapperBase)
 
 
 def multiprocess() -> bool:
@@ -90,6 +92,19 @@ class Metrics:
         self.ledger_rows = Counter("kimi_ledger_rows", "Usage rows handed to the ledger", registry=r)
         # What the ledger rows cost at the configured prices (a float: dashboards, not accounting).
         self.spend = Counter("kimi_spend_usd", "Cost of the requests metered, in USD", ["model"], registry=r)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: M, *labels: str) -> M:
+        """``metric.labels(*labels)``, kept: each series is looked up once, not per request
+        (the lookup validates and locks). Label values are ids this server serves, statuses,
+        reasons: a bounded set."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            if len(self._children) > 10_000:
+                self._children.clear()
+            found = self._children[key] = metric.labels(*labels)
+        return cast(M, found)
 
     def watch_engines(self, stats: EngineStats) -> None:
         if multiprocess():

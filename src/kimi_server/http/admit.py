@@ -24,8 +24,9 @@ from kimi_server.gate.admission import Ticket
 from kimi_server.gate.auth import Principal
 from kimi_server.gate.metering import MeteredEngine
 from kimi_server.gate.ticket import request_record
+from kimi_server.http.disconnect import until_disconnected
 from kimi_server.http.guard import TICKETS
-from kimi_server.http.overload import admission_set, until_disconnected
+from kimi_server.http.overload import admission_set
 from kimi_server.http.state import app_state
 from kimi_server.policy.prompt_size import check_prompt_size, check_prompt_tokens
 

@@ -16,6 +16,7 @@ from kimi_server.gate.upstream_metrics import breaker_states
 from kimi_server.http import cache_router, chat_router, docs_router, models_router, responses_router
 from kimi_server.http.admin_router import router as admin_api
 from kimi_server.http.coalesce import CoalesceStreams
+from kimi_server.http.direct import DirectRoutes
 from kimi_server.http.errors import install_error_handlers
 from kimi_server.http.guard import OverloadGuard
 from kimi_server.http.key_info_router import router as key_info_api
@@ -25,6 +26,8 @@ from kimi_server.http.overload import AdmissionSet
 from kimi_server.http.request_context import RequestContext
 from kimi_server.http.state import AppState, authenticate
 from kimi_server.media.intake import MediaIntake
+from kimi_server.protocol.chat import ChatCompletionRequest
+from kimi_server.protocol.responses import ResponsesRequest
 from kimi_server.search.setup import build_searcher
 from kimi_server.serving.common import EngineSet
 from kimi_server.serving.sealing import Sealer, load_or_create_key
@@ -78,6 +81,14 @@ def create_app(settings: Settings, engines: EngineSet, keys: KeyRing) -> FastAPI
     # fair admission per engine; the guard checks the key before the body.
     app.state.kimi_admission = AdmissionSet(engines.unique(), settings)
     state: AppState = app.state.kimi
+    # the generating routes served without FastAPI's dispatch, once the guard has passed them.
+    app.add_middleware(
+        DirectRoutes,
+        routes={
+            "/v1/chat/completions": (ChatCompletionRequest, chat_router.create_chat_completion),
+            "/v1/responses": (ResponsesRequest, responses_router.create_response),
+        },
+    )
     app.add_middleware(OverloadGuard, check_key=lambda raw: authenticate(state, raw), settings=settings)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     # admin API, /metrics, request ids and limit headers on every response.

@@ -9,8 +9,8 @@ from fastapi.responses import JSONResponse
 
 from kimi_server.gate.auth import Principal
 from kimi_server.http.admit import admit_request
+from kimi_server.http.disconnect import until_disconnected
 from kimi_server.http.generating import ERRORS, named_engine, sse_response
-from kimi_server.http.overload import until_disconnected
 from kimi_server.http.sse import chat_event_sse, prime
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.media import intake as media_intake

@@ -25,49 +25,64 @@ class CoalesceStreams:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        buffer: list[bytes] = []
-        size = 0
-        streaming = False
-        flusher: asyncio.Task[None] | None = None
-
-        async def flush() -> None:
-            nonlocal size
-            while buffer:
-                data = b"".join(buffer)
-                buffer.clear()
-                size = 0
-                await send({"type": "http.response.body", "body": data, "more_body": True})
-
-        async def coalescing_send(message: Message) -> None:
-            nonlocal streaming, flusher, size
-            if message["type"] == "http.response.start":
-                ctype = dict(message.get("headers") or ()).get(b"content-type", b"")
-                streaming = ctype.startswith(b"text/event-stream")
-                await send(message)
-                return
-            if not streaming or message["type"] != "http.response.body":
-                await send(message)
-                return
-            if flusher is not None and flusher.done():
-                done, flusher = flusher, None
-                done.result()  # a failed write surfaces here, in the producer
-            if message.get("more_body", False):
-                buffer.append(message.get("body", b""))
-                size += len(buffer[-1])
-                if flusher is None:
-                    flusher = asyncio.get_running_loop().create_task(flush())
-                if size > self.max_bytes:
-                    await flusher
-                return
-            if flusher is not None:
-                await flusher
-            await flush()
-            await send(message)
-
+        batch = _Batch(send, self.max_bytes)
         try:
-            await self.app(scope, receive, coalescing_send)
+            await self.app(scope, receive, batch.send)
         finally:
-            if flusher is not None and not flusher.done():
-                flusher.cancel()
-                with contextlib.suppress(BaseException):
-                    await flusher
+            await batch.stop()
+
+
+class _Batch:
+    """One response's writes: passed on as they come, except a stream's body parts, which are
+    joined while the producer keeps producing."""
+
+    def __init__(self, send: Send, max_bytes: int) -> None:
+        self._send = send
+        self.max_bytes = max_bytes
+        self.buffer: list[bytes] = []
+        self.size = 0
+        self.streaming = False
+        self.flusher: asyncio.Task[None] | None = None
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            ctype = dict(message.get("headers") or ()).get(b"content-type", b"")
+            self.streaming = ctype.startswith(b"text/event-stream")
+            await self._send(message)
+            return
+        if not self.streaming or message["type"] != "http.response.body":
+            await self._send(message)
+            return
+        flusher = self.flusher
+        if flusher is not None and flusher.done():
+            self.flusher = None
+            flusher.result()  # a failed write surfaces here, in the producer
+        if message.get("more_body", False):
+            await self._hold(message.get("body", b""))
+            return
+        if self.flusher is not None:
+            await self.flusher
+        await self._flush()
+        await self._send(message)
+
+    async def _hold(self, body: bytes) -> None:
+        self.buffer.append(body)
+        self.size += len(body)
+        if self.flusher is None:
+            self.flusher = asyncio.get_running_loop().create_task(self._flush())
+        if self.size > self.max_bytes:
+            await self.flusher
+
+    async def _flush(self) -> None:
+        while self.buffer:
+            data = b"".join(self.buffer)
+            self.buffer.clear()
+            self.size = 0
+            await self._send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def stop(self) -> None:
+        flusher = self.flusher
+        if flusher is not None and not flusher.done():
+            flusher.cancel()
+            with contextlib.suppress(BaseException):
+                await flusher

@@ -33,6 +33,7 @@ from kimi_server.gate.admission import OverloadedError
 from kimi_server.http.accept_errors import install_accept_error_digest
 from kimi_server.http.body_pace import BodyPace
 from kimi_server.http.connection_gate import ConnectionCaps, ConnectionGate, raise_descriptor_limit
+from kimi_server.http.disconnect import DISCONNECT, DisconnectWatch
 from kimi_server.http.errors import error_headers
 from kimi_server.settings import Settings
 
@@ -103,6 +104,11 @@ class EdgeHttp(HttpToolsProtocol):
             self._disarm()  # a new request cycle began: its head is complete
         self._follow_body()
 
+    def on_headers_complete(self) -> None:
+        # Before the request's task exists: it finds the watch in its scope from the start.
+        cast(dict[str, Any], self.scope)[DISCONNECT] = DisconnectWatch()
+        super().on_headers_complete()
+
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if not self.transport.is_closing() and self._between_requests():
@@ -120,6 +126,16 @@ class EdgeHttp(HttpToolsProtocol):
             self._admitted = False
             self.gate.leave(self._address)
         super().connection_lost(exc)
+        self._tell_requests()
+
+    def _tell_requests(self) -> None:
+        """The requests still answering on this connection stop their work (``until_disconnected``)."""
+        cycles = [self.cycle, *(cycle for cycle, _ in self.pipeline)]
+        for cycle in cycles:
+            if cycle is not None and cycle.disconnected:
+                watch = cycle.scope.get(DISCONNECT)
+                if isinstance(watch, DisconnectWatch):
+                    watch.fire()
 
     def _turn_away(self, cap: str) -> None:
         error = OverloadedError(

@@ -106,6 +106,15 @@ def validation_error(exc: RequestValidationError) -> InvalidRequestError:
     return InvalidRequestError(f"Invalid value for '{param}': {msg}.", param=param, code="invalid_value")
 
 
+def http_error_response(exc: StarletteHTTPException) -> JSONResponse:
+    """Starlette's own HTTP errors (unknown path, wrong method, an unparsable body)."""
+    names = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}
+    etype, code = names.get(exc.status_code, ("invalid_request_error", "http_error"))
+    message = "Not found." if exc.status_code == 404 else str(exc.detail)
+    body = {"error": {"message": message, "type": etype, "code": code}}
+    return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -117,11 +126,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        names = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}
-        etype, code = names.get(exc.status_code, ("invalid_request_error", "http_error"))
-        message = "Not found." if exc.status_code == 404 else str(exc.detail)
-        body = {"error": {"message": message, "type": etype, "code": code}}
-        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return http_error_response(exc)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -16,14 +16,15 @@ from kimi_server.gate.auth import Principal
 from kimi_server.gate.ticket import request_record
 from kimi_server.http.admin_key import admin_key_refusal
 from kimi_server.http.connections import BODY_TIMED_OUT
+from kimi_server.http.disconnect import ClientGone
 from kimi_server.http.errors import send_error
-from kimi_server.http.json_checks import check_json
-from kimi_server.http.overload import ClientGone
+from kimi_server.http.json_checks import NOT_PARSED, check_json
 from kimi_server.http.routes import key_needed
 from kimi_server.policy.prompt_size import PromptLimits
 from kimi_server.settings import Settings
 
 TICKETS = "kimi.tickets"  # scope key: the tickets a request holds, released by the guard
+PARSED_BODY = "kimi.parsed_body"  # scope key: the JSON body as json.loads gave it
 KeyCheck = Callable[[str | None], Awaitable[Principal]]  # an Authorization header → its principal
 
 
@@ -77,10 +78,12 @@ class OverloadGuard:
                 ended = RequestTimeoutError("The request body came too slowly.")
             await send_error(send, ended, close=True)
             return
-        problem = check_json(body, path, max_depth=self.max_depth, max_messages=self.max_messages)
+        problem, parsed = check_json(body, path, max_depth=self.max_depth, max_messages=self.max_messages)
         if problem is not None:
             await send_error(send, problem)
             return
+        if parsed is not NOT_PARSED:
+            scope[PARSED_BODY] = parsed  # for http/direct.py: the body is parsed once
         await self.app(scope, _replay(body, receive), send)
 
     async def _authenticate(self, scope: Scope, path: str, authorization: str | None) -> APIError | None:

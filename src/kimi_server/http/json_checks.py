@@ -13,23 +13,28 @@ from kimi_server.errors import InvalidRequestError
 from kimi_server.http.routes import MESSAGE_LISTS
 from kimi_server.policy.prompt_size import too_many_messages
 
+NOT_PARSED: Any = object()  # check_json's parsed body when it could not parse one
 
-def check_json(body: bytes, path: str, *, max_depth: int, max_messages: int) -> InvalidRequestError | None:
+
+def check_json(body: bytes, path: str, *, max_depth: int, max_messages: int) -> tuple[InvalidRequestError | None, Any]:
     """Depth first, then the length of the message list, then surrogates where there may be
-    any; None for a body that passes (or is not JSON: the route's own parsing answers that)."""
-    if bracket_depth(body) > max_depth:
-        return _too_deep(max_depth)
+    any. Returns the problem (None for a body that passes, or is not JSON: the route's own
+    parsing answers that) and the parsed body (``NOT_PARSED`` where it was not parsed), so the
+    route need not parse it again."""
+    # Nesting cannot pass the number of opening brackets: most bodies skip the exact count.
+    if body.count(b"[") + body.count(b"{") > max_depth and bracket_depth(body) > max_depth:
+        return _too_deep(max_depth), NOT_PARSED
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
-        return None
+        return None, NOT_PARSED
     param = MESSAGE_LISTS.get(path)
     listed = data.get(param) if param and isinstance(data, dict) else None
     if param and isinstance(listed, list) and len(listed) > max_messages:
-        return too_many_messages(len(listed), max_messages, param)
+        return too_many_messages(len(listed), max_messages, param), data
     if _MAYBE_SURROGATE.search(body):
-        return json_problem(data, max_depth)
-    return None
+        return json_problem(data, max_depth), data
+    return None, data
 
 
 # A lone surrogate reaches Python only as a \uD800-\uDFFF escape or as raw surrogate bytes

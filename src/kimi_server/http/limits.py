@@ -17,45 +17,34 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+        verdict = self._verdict(dict(scope["headers"]))
+        if verdict == "refuse":
             await self._refuse(send)
             return
-        seen = 0
-        refused = False
-
-        async def counting_receive() -> Message:
-            nonlocal seen, refused
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    refused = True
-                    raise _TooLarge
-            return message
-
-        started = False
-
-        async def guarded_send(message: Message) -> None:
-            # Once the body is over the limit, whatever the app answers (a parse error, say)
-            # is dropped: the answer is the 413 below.
-            nonlocal started
-            if refused:
-                return
-            started = True
-            await send(message)
-
+        if verdict == "pass":
+            await self.app(scope, receive, send)
+            return
+        count = _BodyCount(receive, send, self.max_bytes)
         try:
-            await self.app(scope, counting_receive, guarded_send)
+            await self.app(scope, count.receive, count.send)
         except _TooLarge:
-            if not started:
+            if not count.started:
                 await self._refuse(send)
             return
         except Exception:
-            if not refused:
+            if not count.refused:
                 raise
-        if refused and not started:
+        if count.refused and not count.started:
             await self._refuse(send)
+
+    def _verdict(self, headers: dict[bytes, bytes]) -> str:
+        """``refuse`` a declared length over the limit; ``pass`` a body the HTTP parser bounds
+        already (it delivers exactly the declared length) or no body at all; ``count`` one of
+        unknown length (chunked) as it is read."""
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return "refuse"
+        return "count" if b"transfer-encoding" in headers else "pass"
 
     async def _refuse(self, send: Send) -> None:
         error = PayloadTooLargeError(f"The request body is larger than this server accepts ({self.max_bytes} bytes).")
@@ -64,3 +53,32 @@ class BodySizeLimit:
 
 class _TooLarge(Exception):
     pass
+
+
+class _BodyCount:
+    """A body of unknown length (chunked) counted as it is read."""
+
+    def __init__(self, receive: Receive, send: Send, max_bytes: int) -> None:
+        self._receive = receive
+        self._send = send
+        self.max_bytes = max_bytes
+        self.seen = 0
+        self.refused = False
+        self.started = False
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self.seen += len(message.get("body", b""))
+            if self.seen > self.max_bytes:
+                self.refused = True
+                raise _TooLarge
+        return message
+
+    async def send(self, message: Message) -> None:
+        # Once the body is over the limit, whatever the app answers (a parse error, say) is
+        # dropped: the answer is the 413.
+        if self.refused:
+            return
+        self.started = True
+        await self._send(message)

@@ -1,27 +1,21 @@
-"""The engines' admission queues, the client's disconnect, and the figures they keep.
+"""The engines' admission queues and the figures they keep.
 
 - ``AdmissionSet``: one fair queue per engine (``gate/admission.py``), and the prompt bounds of
   each engine's window; ``http/admit.py`` takes a turn in it for every generating request.
-- ``until_disconnected``: runs a non-streaming generation (or a wait in the queue), and stops
-  it when the client leaves.
 - ``tenant_engine_stats`` / ``server_totals``: what a key may see, and what only operators may.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 
 from kimi_server.engines.base import Engine
-from kimi_server.errors import APIError
 from kimi_server.gate.admission import Admission, AdmissionLimits
 from kimi_server.policy.prompt_size import HOSTED_WINDOW, PromptLimits
 from kimi_server.settings import Settings
-
-T = TypeVar("T")
 
 
 class AdmissionSet:
@@ -55,43 +49,6 @@ class AdmissionSet:
 def admission_set(app: FastAPI) -> AdmissionSet:
     found: AdmissionSet = app.state.kimi_admission
     return found
-
-
-async def until_disconnected(request: Request, work: Awaitable[T], discard: Callable[[T], object] | None = None) -> T:
-    """Awaits ``work``; if the client disconnects first, cancels it (which stops the engine's
-    slot at its next token) and raises ``ClientGone``. ``discard`` gets a result that arrived
-    anyway (a cancellation can lose the race with a result that was already set)."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(request))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        if discard is not None and not task.cancelled() and task.exception() is None:
-            discard(task.result())
-        raise ClientGone
-    finally:
-        watcher.cancel()
-        task.cancel()
-
-
-async def _disconnected(request: Request) -> None:
-    # The body was read before the route ran, so the next message is the disconnect.
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-class ClientGone(APIError):
-    """The client left before the answer was ready; nobody reads this response."""
-
-    status_code = 499
-    error_type = "invalid_request_error"
-    default_code = "client_closed_request"
-
-    def __init__(self) -> None:
-        super().__init__("The client closed the request.")
 
 
 def tenant_engine_stats(app: FastAPI, key_id: str) -> list[dict[str, Any]]:

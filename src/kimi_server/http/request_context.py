@@ -78,10 +78,11 @@ class RequestContext:
         path = scope.get("path", "")
         endpoint = endpoint_label(path)
         model = record.model or ""
-        self.metrics.requests.labels(model, endpoint, str(status)).inc()
-        self.metrics.latency.labels(endpoint).observe(elapsed)
+        metrics = self.metrics
+        metrics.child(metrics.requests, model, endpoint, str(status)).inc()
+        metrics.child(metrics.latency, endpoint).observe(elapsed)
         if status in (401, 403):
-            self.metrics.rejections.labels("auth").inc()
+            metrics.child(metrics.rejections, "auth").inc()
         if not log.isEnabledFor(logging.INFO):
             return
         line = Fields(

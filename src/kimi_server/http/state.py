@@ -43,7 +43,7 @@ async def authenticated(request: Request) -> Principal:
         # (``/openapi.json`` unless public, ``/health?deep=1``).
         record.principal = await authenticate(state, request.headers.get("authorization"))
     if state.gateway is not None:
-        admitting = request.url.path in ADMITTING
+        admitting = request.scope["path"] in ADMITTING
         await state.gateway.note_caller(record.principal, record, admitting=admitting)
     return record.principal
 

@@ -8,7 +8,7 @@ across workers is shared outside them:
 - the database (keys, ledger): SQLite in WAL mode or PostgreSQL, migrated once by the parent
   before any worker starts; each worker sees a revoked key within ``key_cache_seconds`` as one
   process does;
-- per-key limits: Redis when configured, else a SQLite file in the same private directory
+- per-key limits: Redis when configured, else a memory-mapped file in the same private directory
   (``gate/shared_limits.py``), so RPM, TPM and budgets are exact across workers;
 - ``/metrics``: prometheus-client's multiprocess mode, every worker's series summed.
 
@@ -38,7 +38,7 @@ from kimi_server.settings import Settings
 
 SETTINGS_ENV = "KIMISERVER_WORKER_SETTINGS"  # not KIMI_*: that prefix is for settings only
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-LIMITS_FILE = "limits.sqlite3"
+LIMITS_FILE = "limits.map"
 
 
 def uses_embedded(engines: EngineSet) -> bool:
@@ -123,9 +123,9 @@ def app() -> FastAPI:
     application = create_app(settings, build_engines(settings), keys)
     gateway = application.state.kimi.gateway
     if gateway is not None and not settings.redis_url:
-        from kimi_server.gate.shared_limits import SqliteLimiter
+        from kimi_server.gate.shared_limits import MappedLimiter
 
-        gateway.limiter = SqliteLimiter(Path(os.environ[SETTINGS_ENV]).parent / LIMITS_FILE)
+        gateway.limiter = MappedLimiter(Path(os.environ[SETTINGS_ENV]).parent / LIMITS_FILE)
     settle_heap()
     return application
 
@@ -177,7 +177,7 @@ class PortPerWorker(socket.socket):
 
     @classmethod
     def reserve(cls, host: str, port: int, backlog: int) -> PortPerWorker:
-        sock = cls(_family(host), socket.SOCK_STREAM)
+        sock = cls(_family(host), socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.host, sock.port, sock.backlog = host, port, backlog
         try:
             _reuse_port(sock).bind((host, port))
@@ -191,7 +191,10 @@ class PortPerWorker(socket.socket):
 
 
 def listen_in_worker(host: str, port: int, backlog: int) -> socket.socket:
-    sock = _reuse_port(socket.socket(_family(host), socket.SOCK_STREAM))
+    # IPPROTO_TCP named, not left 0: asyncio turns Nagle's algorithm off only on connections
+    # whose socket says TCP, and with it on, a response written in parts waits for the
+    # client's delayed ACK (40 ms).
+    sock = _reuse_port(socket.socket(_family(host), socket.SOCK_STREAM, socket.IPPROTO_TCP))
     sock.bind((host, port))
     sock.listen(backlog)
     return sock

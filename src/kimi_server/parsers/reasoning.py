@@ -109,30 +109,11 @@ class ThinkTagSplitter:
         out: list[tuple[Literal["reasoning", "content"], str]] = []
         while self._buf:
             if self._state == "start":
-                stripped = self._buf.lstrip()
-                if not stripped:
+                if not self._leave_start():
                     return out
-                if stripped.startswith(self._open):
-                    self._buf = stripped[len(self._open) :]
-                    self._state = "thinking"
-                elif self._open.startswith(stripped):
-                    return out  # could still become the opening tag
-                else:
-                    self._state = "answer"
             elif self._state == "thinking":
-                idx = self._buf.find(self._close)
-                if idx >= 0:
-                    if idx:
-                        out.append(("reasoning", self._buf[:idx]))
-                    self._buf = self._buf[idx + len(self._close) :]
-                    self._state = "closed"
-                    continue
-                keep = partial_suffix(self._buf, self._close)
-                emit = self._buf[: len(self._buf) - keep]
-                if emit:
-                    out.append(("reasoning", emit))
-                self._buf = self._buf[len(emit) :]
-                return out
+                if not self._take_reasoning(out):
+                    return out
             elif self._state == "closed":
                 # The blank line after the closing tag belongs to neither part.
                 self._buf = self._buf.lstrip()
@@ -142,6 +123,38 @@ class ThinkTagSplitter:
                 out.append(("content", self._buf))
                 self._buf = ""
         return out
+
+    def _leave_start(self) -> bool:
+        """Decides from the buffer's start whether a reasoning block opens; False while the
+        text so far cannot tell."""
+        stripped = self._buf.lstrip()
+        if not stripped:
+            return False
+        if stripped.startswith(self._open):
+            self._buf = stripped[len(self._open) :]
+            self._state = "thinking"
+        elif self._open.startswith(stripped):
+            return False  # could still become the opening tag
+        else:
+            self._state = "answer"
+        return True
+
+    def _take_reasoning(self, out: list[tuple[Literal["reasoning", "content"], str]]) -> bool:
+        """Moves reasoning from the buffer to ``out``, up to the closing tag; True when the tag
+        was found (and consumed), False when the rest (less a partial tag) was all reasoning."""
+        idx = self._buf.find(self._close)
+        if idx >= 0:
+            if idx:
+                out.append(("reasoning", self._buf[:idx]))
+            self._buf = self._buf[idx + len(self._close) :]
+            self._state = "closed"
+            return True
+        keep = partial_suffix(self._buf, self._close)
+        emit = self._buf[: len(self._buf) - keep]
+        if emit:
+            out.append(("reasoning", emit))
+        self._buf = self._buf[len(emit) :]
+        return False
 
     def flush(self) -> list[tuple[Literal["reasoning", "content"], str]]:
         rest, self._buf = self._buf, ""

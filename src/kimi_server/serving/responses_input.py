@@ -134,6 +134,68 @@ def _declared(item: MessageItem, where: str, profile: ContractProfile) -> tuple[
     )
 
 
+@dataclass
+class _Converter:
+    """Input items to Messages, gathering each assistant turn's items into one Message."""
+
+    accepts_images: bool
+    open_reasoning: Callable[[str, str], str]
+    flat_name: Callable[[str, str | None], str]
+    profile: ContractProfile
+    out: list[Message] = field(default_factory=list)
+    turn: _AssistantTurn = field(default_factory=_AssistantTurn)
+
+    def flush(self) -> None:
+        if not self.turn.empty():
+            self.out.append(self.turn.message())
+        self.turn = _AssistantTurn()
+
+    def add(self, item: InputItem, where: str) -> None:
+        if isinstance(item, WebSearchCallItem):
+            return  # history only: its results are not kept
+        if isinstance(item, ReasoningItem):
+            self._reasoning(item, where)
+        elif isinstance(item, MessageItem) and item.role == "assistant":
+            self._assistant(item, where)
+        elif isinstance(item, FunctionCallItem):
+            name = self.flat_name(item.name, item.namespace)
+            self.turn.calls.append(ToolCallRecord(item.call_id, name, item.arguments))
+        elif isinstance(item, CustomToolCallItem):
+            self.turn.calls.append(ToolCallRecord(item.call_id, item.name, item.input, kind="custom"))
+        else:
+            self.flush()
+            self._outside_turn(item, where)
+
+    def _reasoning(self, item: ReasoningItem, where: str) -> None:
+        if item.encrypted_content is None:
+            raise InvalidRequestError(
+                f"'{where}' is a reasoning item without 'encrypted_content'. This server keeps "
+                "no state and restores reasoning only from it: send the item as returned.",
+                param=f"{where}.encrypted_content",
+            )
+        if self.turn.texts or self.turn.calls:
+            self.flush()  # reasoning opens a new assistant turn
+        blob = item.encrypted_content
+        self.turn.reasoning.append(self.open_reasoning(blob, f"{where}.encrypted_content"))
+
+    def _assistant(self, item: MessageItem, where: str) -> None:
+        if item.tools is not None:
+            _declared(item, where, self.profile)  # refused: only system items declare tools
+        if self.turn.texts or self.turn.calls:
+            self.flush()
+        self.turn.texts.append(_message(item, where, self.accepts_images).text)
+
+    def _outside_turn(self, item: InputItem, where: str) -> None:
+        """A user, system or developer message, or a tool's output: a Message of its own."""
+        if isinstance(item, MessageItem):
+            message = _message(item, where, self.accepts_images)
+            if item.tools is not None:
+                message = replace(message, tools=_declared(item, where, self.profile))
+            self.out.append(message)
+        elif isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem):
+            self.out.append(_tool_output(item.output, item.call_id, where, self.accepts_images))
+
+
 def convert_items(
     items: list[InputItem],
     *,
@@ -142,49 +204,8 @@ def convert_items(
     flat_name: Callable[[str, str | None], str],
     profile: ContractProfile = DEFAULT_PROFILE,
 ) -> list[Message]:
-    out: list[Message] = []
-    turn = _AssistantTurn()
-
-    def flush() -> None:
-        nonlocal turn
-        if not turn.empty():
-            out.append(turn.message())
-        turn = _AssistantTurn()
-
+    converter = _Converter(accepts_images, open_reasoning, flat_name, profile)
     for i, item in enumerate(items):
-        where = f"input[{i}]"
-        if isinstance(item, WebSearchCallItem):
-            continue  # history only: its results are not kept
-        if isinstance(item, ReasoningItem):
-            if item.encrypted_content is None:
-                raise InvalidRequestError(
-                    f"'{where}' is a reasoning item without 'encrypted_content'. This server keeps "
-                    "no state and restores reasoning only from it: send the item as returned.",
-                    param=f"{where}.encrypted_content",
-                )
-            if turn.texts or turn.calls:
-                flush()  # reasoning opens a new assistant turn
-            blob = item.encrypted_content
-            turn.reasoning.append(open_reasoning(blob, f"{where}.encrypted_content"))
-        elif isinstance(item, MessageItem) and item.role == "assistant":
-            if item.tools is not None:
-                _declared(item, where, profile)  # refused: only system items declare tools
-            if turn.texts or turn.calls:
-                flush()
-            turn.texts.append(_message(item, where, accepts_images).text)
-        elif isinstance(item, FunctionCallItem):
-            name = flat_name(item.name, item.namespace)
-            turn.calls.append(ToolCallRecord(item.call_id, name, item.arguments))
-        elif isinstance(item, CustomToolCallItem):
-            turn.calls.append(ToolCallRecord(item.call_id, item.name, item.input, kind="custom"))
-        else:
-            flush()
-            if isinstance(item, MessageItem):
-                message = _message(item, where, accepts_images)
-                if item.tools is not None:
-                    message = replace(message, tools=_declared(item, where, profile))
-                out.append(message)
-            elif isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem):
-                out.append(_tool_output(item.output, item.call_id, where, accepts_images))
-    flush()
-    return out
+        converter.add(item, f"input[{i}]")
+    converter.flush()
+    return converter.out

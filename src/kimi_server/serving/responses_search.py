@@ -60,6 +60,15 @@ class _Round:
             raise RuntimeError("the engine stopped without a Finish event")
         return last
 
+    def as_message(self, searches: list[ToolCallRecord]) -> Message:
+        """The round as the assistant turn that made ``searches``."""
+        return Message(
+            "assistant",
+            text="".join(e.text for e in self.events if isinstance(e, ContentDelta)),
+            reasoning="".join(e.text for e in self.events if isinstance(e, ReasoningDelta)),
+            tool_calls=tuple(searches),
+        )
+
     def without_searches(self, searches: set[str]) -> list[EngineEvent]:
         """The round's events minus its search calls (argument deltas carry no id: by index)."""
         dropped = {e.index for e in self.events if isinstance(e, ToolCallDelta) and e.id in searches}
@@ -122,11 +131,8 @@ class SearchingBuilder(ResponseBuilder):
         final: list[EngineEvent] | None = None
         try:
             while searches < self.max_calls:
-                round_ = _Round([])
                 source = first if not searches else engine.generate(_rest(gen, messages, spent))
-                async with aclosing(source) as it:
-                    async for event in it:
-                        round_.events.append(event)
+                round_ = await _collect(source)
                 finish = round_.finish()
                 calls = round_.calls()
                 found = [c for c in calls if c.kind == "builtin_function"]
@@ -134,21 +140,10 @@ class SearchingBuilder(ResponseBuilder):
                     final = round_.events
                     break
                 spent += finish.usage
-                messages.append(
-                    Message(
-                        "assistant",
-                        text="".join(e.text for e in round_.events if isinstance(e, ContentDelta)),
-                        reasoning="".join(e.text for e in round_.events if isinstance(e, ReasoningDelta)),
-                        tool_calls=tuple(found),
-                    )
-                )
-                for call in found:
-                    async for step in self._search(query_of(call.arguments) or ""):
-                        if isinstance(step, SearchOutcome):
-                            messages.append(Message("tool", as_tool_text(step), tool_call_id=call.id))
-                        else:
-                            yield step
-                    searches += 1
+                messages.append(round_.as_message(found))
+                async for step in self._search_all(found, messages):
+                    yield step
+                searches += len(found)
                 if len(found) < len(calls):  # function calls beside the search: the client's turn
                     final = round_.without_searches({c.id for c in found})
                     break
@@ -156,14 +151,42 @@ class SearchingBuilder(ResponseBuilder):
             for out in self._fail(exc):
                 yield out
             return
-        if final is not None:
-            events: AsyncStream[EngineEvent] = _replay(final)
-        else:  # the search budget is spent: the model answers with what it found
-            tools = tuple(t for t in gen.tools if t.kind != "web_search")
-            events = engine.generate(replace(_rest(gen, messages, spent), tools=tools))
+        events = _answer_events(engine, gen, messages, spent, final)
         async with aclosing(self.run_answer(_with_usage(events, spent, self))) as answer:
             async for out in answer:
                 yield out
+
+    async def _search_all(self, found: list[ToolCallRecord], messages: list[Message]) -> AsyncGenerator[Event, None]:
+        """Runs the round's searches in order, each result joining ``messages`` as its tool message."""
+        for call in found:
+            async for step in self._search(query_of(call.arguments) or ""):
+                if isinstance(step, SearchOutcome):
+                    messages.append(Message("tool", as_tool_text(step), tool_call_id=call.id))
+                else:
+                    yield step
+
+
+async def _collect(source: AsyncStream[EngineEvent]) -> _Round:
+    round_ = _Round([])
+    async with aclosing(source) as it:
+        async for event in it:
+            round_.events.append(event)
+    return round_
+
+
+def _answer_events(
+    engine: Engine,
+    gen: GenerationRequest,
+    messages: list[Message],
+    spent: Usage,
+    final: list[EngineEvent] | None,
+) -> AsyncStream[EngineEvent]:
+    """The answering round: the one that ended the searching, replayed, or a fresh one."""
+    if final is not None:
+        return _replay(final)
+    # the search budget is spent: the model answers with what it found
+    tools = tuple(t for t in gen.tools if t.kind != "web_search")
+    return engine.generate(replace(_rest(gen, messages, spent), tools=tools))
 
 
 def _rest(gen: GenerationRequest, messages: list[Message], spent: Usage) -> GenerationRequest:

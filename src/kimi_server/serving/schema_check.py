@@ -130,7 +130,8 @@ class _Walker:
                 )
         self._type(node, path)
         self._values(node, path)
-        self._numbers(node, path)
+        self._counts(node, path)
+        self._bounds(node, path)
         self._strings(node, path)
         self._ref(node, path)
         self._children(node, path, depth)
@@ -155,7 +156,7 @@ class _Walker:
             if not isinstance(req, list) or not all(isinstance(r, str) for r in req):
                 raise _bad(f"{path}.required", "'required' must be an array of strings.")
 
-    def _numbers(self, node: dict[str, Any], path: str) -> None:
+    def _counts(self, node: dict[str, Any], path: str) -> None:
         for key in _COUNTS:
             if key in node:
                 value = node[key]
@@ -166,6 +167,8 @@ class _Walker:
         for low, high in (("minItems", "maxItems"), ("minLength", "maxLength")):
             if node.get(low, 0) > node.get(high, MAX_COUNT):
                 raise _bad(f"{path}.{low}", f"'{low}' is larger than '{high}'.")
+
+    def _bounds(self, node: dict[str, Any], path: str) -> None:
         for key in _BOUNDS:
             if key in node:
                 value = node[key]
@@ -256,25 +259,29 @@ class _Walker:
 
     def _children(self, node: dict[str, Any], path: str, depth: int) -> None:
         for key in _SUBSCHEMA_MAPS:
-            if key not in node:
-                continue
-            children = node[key]
-            if not isinstance(children, dict):
-                raise _bad(f"{path}.{key}", f"'{key}' must be an object of schemas.")
-            if key == "properties" and len(children) > MAX_PROPERTIES:
-                raise _bad(f"{path}.{key}", f"an object may have at most {MAX_PROPERTIES} properties.")
-            for name, child in children.items():
-                self.walk(child, f"{path}.{key}.{name}", depth + 1)
+            if key in node:
+                self._schema_map(node[key], key, path, depth)
         for key in _SUBSCHEMA_LISTS:
-            if key not in node:
-                continue
-            members = node[key]
-            if not isinstance(members, list) or not members:
-                raise _bad(f"{path}.{key}", f"'{key}' must be a non-empty array of schemas.")
-            if len(members) > MAX_ALTERNATIVES:
-                raise _bad(f"{path}.{key}", f"'{key}' may have at most {MAX_ALTERNATIVES} members.")
-            for i, child in enumerate(members):
-                self.walk(child, f"{path}.{key}[{i}]", depth + 1)
+            if key in node:
+                self._schema_list(node[key], key, path, depth)
         for key in _SUBSCHEMA_ONE:
             if key in node:
                 self.walk(node[key], f"{path}.{key}", depth + 1)
+
+    def _schema_map(self, children: Any, key: str, path: str, depth: int) -> None:
+        """``properties``, ``$defs`` or ``definitions``: subschemas by name."""
+        if not isinstance(children, dict):
+            raise _bad(f"{path}.{key}", f"'{key}' must be an object of schemas.")
+        if key == "properties" and len(children) > MAX_PROPERTIES:
+            raise _bad(f"{path}.{key}", f"an object may have at most {MAX_PROPERTIES} properties.")
+        for name, child in children.items():
+            self.walk(child, f"{path}.{key}.{name}", depth + 1)
+
+    def _schema_list(self, members: Any, key: str, path: str, depth: int) -> None:
+        """``anyOf``, ``oneOf``, ``allOf`` or ``prefixItems``: subschemas by position."""
+        if not isinstance(members, list) or not members:
+            raise _bad(f"{path}.{key}", f"'{key}' must be a non-empty array of schemas.")
+        if len(members) > MAX_ALTERNATIVES:
+            raise _bad(f"{path}.{key}", f"'{key}' may have at most {MAX_ALTERNATIVES} members.")
+        for i, child in enumerate(members):
+            self.walk(child, f"{path}.{key}[{i}]", depth + 1)

@@ -42,8 +42,8 @@ def _text_field(obj: dict[str, Any], key: str, at: str) -> str | None:
     return value
 
 
-def _entry(entry: object, at: str, *, nested: bool, strict_default: bool) -> ToolSpec:
-    """One declared tool. ``nested``: the chat shape, the definition under ``function``."""
+def _check_function_type(entry: object, at: str) -> dict[str, Any]:
+    """The entry as a tool object whose ``type`` is "function"."""
     if not isinstance(entry, dict):
         raise _bad(at, f"'{at}' must be a tool object.")
     if "type" not in entry:
@@ -59,16 +59,25 @@ def _entry(entry: object, at: str, *, nested: bool, strict_default: bool) -> Too
             f"Invalid value for '{at}.type': {_shown(entry['type'])}. A system message "
             f"declares function tools only: expected 'function'.{hint}",
         )
-    fn: object = entry
-    where = at
-    if nested:
-        where = f"{at}.function"
-        if "function" not in entry:
-            raise _missing(where)
-        fn = entry["function"]
-        if not isinstance(fn, dict):
-            raise _bad(where, f"'{where}' must be an object holding the function's definition.")
-    assert isinstance(fn, dict)
+    return entry
+
+
+def _definition(entry: dict[str, Any], at: str, *, nested: bool) -> tuple[dict[str, Any], str]:
+    """The function's definition and its place: the entry itself, or (chat) its ``function``."""
+    if not nested:
+        return entry, at
+    where = f"{at}.function"
+    if "function" not in entry:
+        raise _missing(where)
+    fn = entry["function"]
+    if not isinstance(fn, dict):
+        raise _bad(where, f"'{where}' must be an object holding the function's definition.")
+    return fn, where
+
+
+def _entry(entry: object, at: str, *, nested: bool, strict_default: bool) -> ToolSpec:
+    """One declared tool. ``nested``: the chat shape, the definition under ``function``."""
+    fn, where = _definition(_check_function_type(entry, at), at, nested=nested)
     if "name" not in fn:
         raise _missing(f"{where}.name")
     name = fn["name"]

@@ -65,6 +65,51 @@ class CompletionRunner:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         cancelled = threading.Event()
+        future = self._start(body, loop, queue, cancelled)
+        owner = self.calls.start()
+        future.add_done_callback(lambda _: self.calls.end(owner))
+        text: list[str] = []
+        final: dict[str, Any] | None = None
+        last: dict[str, Any] = {}  # the last chunk that carried text
+        ended = stopped = False
+        try:
+            while True:
+                item = await queue.get()
+                if item is _DONE:
+                    ended = True
+                    break
+                if isinstance(item, BaseException) or "error" in item:
+                    result = _cut_or_raise(item, text, last)
+                    stopped = True
+                    yield result
+                    return
+                choice = (item.get("choices") or [{}])[0]
+                piece = choice.get("text") or ""
+                if piece:
+                    text.append(piece)
+                    last = item
+                    yield piece
+                    if stop_after is not None and stop_after(piece):
+                        stopped = True
+                        yield _cut_result("".join(text), len(text), item)
+                        return
+                if choice.get("finish_reason") is not None or "usage" in item:
+                    final = item
+            if final is None:
+                raise EngineUnavailableError("The engine ended without a result.")
+            yield _result("".join(text), final)
+        finally:
+            self._release(future, cancelled, owner, consumer_left=not ended and not stopped)
+
+    def _start(
+        self,
+        body: dict[str, Any],
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[Any],
+        cancelled: threading.Event,
+    ) -> asyncio.Future[None]:
+        """Runs the streaming call on a worker thread: its chunks, an error reply or exception,
+        then ``_DONE`` go to ``queue``; ``cancelled`` set stops it at its next chunk."""
 
         def on_chunk(chunk: Any) -> bool:
             if cancelled.is_set():
@@ -82,51 +127,29 @@ class CompletionRunner:
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 
-        future = loop.run_in_executor(self._pool, work)
-        owner = self.calls.start()
-        future.add_done_callback(lambda _: self.calls.end(owner))
-        text: list[str] = []
-        final: dict[str, Any] | None = None
-        last: dict[str, Any] = {}  # the last chunk that carried text
-        ended = stopped = False
-        try:
-            while True:
-                item = await queue.get()
-                if item is _DONE:
-                    ended = True
-                    break
-                if isinstance(item, BaseException):
-                    raise EngineUnavailableError("The engine failed to generate a response.")
-                if "error" in item:
-                    error = _engine_error(item["error"])
-                    if text and getattr(error, "code", None) == "context_length_exceeded":
-                        stopped = True
-                        yield _cut_result("".join(text), len(text), last)
-                        return
-                    raise error
-                choice = (item.get("choices") or [{}])[0]
-                piece = choice.get("text") or ""
-                if piece:
-                    text.append(piece)
-                    last = item
-                    yield piece
-                    if stop_after is not None and stop_after(piece):
-                        stopped = True
-                        yield _cut_result("".join(text), len(text), item)
-                        return
-                if choice.get("finish_reason") is not None or "usage" in item:
-                    final = item
-            if final is None:
-                raise EngineUnavailableError("The engine ended without a result.")
-            yield _result("".join(text), final)
-        finally:
-            # The worker sees the flag at its next token and llama.cpp frees the slot; nothing
-            # here needs to wait for that.
-            if not ended and not stopped:
-                self.calls.cancel(owner)
-            cancelled.set()
-            self._pending.add(future)
-            future.add_done_callback(self._pending.discard)
+        return loop.run_in_executor(self._pool, work)
+
+    def _release(
+        self, future: asyncio.Future[None], cancelled: threading.Event, owner: str, *, consumer_left: bool
+    ) -> None:
+        """Lets go of a call however its stream ended. The worker sees the flag at its next
+        token and llama.cpp frees the slot; nothing here needs to wait for that."""
+        if consumer_left:
+            self.calls.cancel(owner)
+        cancelled.set()
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+
+
+def _cut_or_raise(item: Any, text: list[str], last: dict[str, Any]) -> CompletionResult:
+    """A failed call's end: the worker's exception or llama.cpp's error reply raises, except
+    the shared KV cache running out after some text, which ends the call cut there."""
+    if isinstance(item, BaseException):
+        raise EngineUnavailableError("The engine failed to generate a response.")
+    error = _engine_error(item["error"])
+    if text and getattr(error, "code", None) == "context_length_exceeded":
+        return _cut_result("".join(text), len(text), last)
+    raise error
 
 
 def _result(text: str, final: dict[str, Any]) -> CompletionResult:

@@ -87,84 +87,73 @@ class UpstreamEngine:
 
     async def generate(self, req: GenerationRequest) -> AsyncGenerator[EngineEvent, None]:
         # One generator, counters and retries together: a layer less for every streamed event.
-        owner = self.calls.start()
-        try:
-            show_reasoning = req.reasoning
+        with self.calls.call():
+            # Reasoning switched off: an upstream that thinks anyway is not shown.
+            hidden = None if req.reasoning else ReasoningDelta
             sent = False
             last: APIError | None = None
-            for n, up in enumerate(self._candidates(req)):
-                if n and last is not None:
-                    self.counters["failovers"] += 1
-                cfg = up.cfg
-                body = build_body(
-                    req,
-                    model=cfg.model or req.model,
-                    dialect=up.dialect,
-                    caps=cfg.capabilities,
-                    max_output_tokens=cfg.max_output_tokens,
-                )
-                limit = body[up.dialect.max_tokens_field] + PIECE_SLACK
-                as_json = forced_mode(req, up.dialect, cfg.capabilities) == "json_schema"
-                for attempt in range(cfg.retries + 1):
+            for up in self._candidates(req):
+                self.counters["failovers"] += last is not None  # the previous one failed
+                body, limit, as_json = _prepared(req, up)
+                for attempt in range(up.cfg.retries + 1):
                     if not up.breaker.allow():
                         last = last or UpstreamUnavailableError("The model's engines are all failing; retry later.")
                         break
                     normaliser = Normaliser(
-                        report_cache=cfg.capabilities.prompt_cache, separate_writes=req.cache.separate_writes
+                        report_cache=up.cfg.capabilities.prompt_cache, separate_writes=req.cache.separate_writes
                     )
-                    deadline = time.monotonic() + cfg.total_timeout
                     transcript = Transcript()
                     try:
-                        attempt_events = up.attempt(body, normaliser, piece_limit=limit, deadline=deadline)
-                        if as_json:
-                            attempt_events = as_calls(attempt_events, CallReader())
-                        async with aclosing(attempt_events) as events:
+                        async with aclosing(_attempt_events(up, body, normaliser, limit, as_json)) as events:
                             async for event in events:
                                 sent = True
                                 if isinstance(event, Finish):
                                     event = await self._counted(up, body, normaliser, transcript, event)
                                 else:
                                     transcript.add(event)
-                                    # Reasoning switched off: an upstream that thinks anyway is not shown.
-                                    if not show_reasoning and isinstance(event, ReasoningDelta):
+                                    if type(event) is hidden:
                                         continue
                                 yield event
                         up.breaker.success()
                         return
                     except Failure as failure:
-                        if failure.counts:
-                            up.breaker.failure()
-                        else:
-                            up.breaker.release()
-                        log.warning("upstream %s: %s", up.name, failure.error.message)
-                        if sent:
-                            # Output has reached the client: no retry, the stream ends with an error.
-                            err = failure.error
-                            if not isinstance(err, UpstreamStreamError):
-                                err = UpstreamStreamError(err.message)
-                            raise err from None
                         last = failure.error
-                        _pass_retry_after(last, failure.retry_after, cfg.max_retry_after)
-                        if not failure.failover:
-                            raise failure.error from None
-                        if not failure.retry or attempt == cfg.retries:
+                        delay = self._after_failure(up, failure, sent=sent, attempt=attempt)
+                        if delay is None:
                             break
-                        delay = cfg.backoff * (2**attempt)
-                        if failure.retry_after is not None:
-                            if failure.retry_after > cfg.max_retry_after:
-                                break  # too long to wait here: try the next upstream instead
-                            delay = max(delay, failure.retry_after)
-                        self.counters["retries"] += 1
                         await asyncio.sleep(delay)
                     except BaseException:
                         up.breaker.release()
                         raise
             raise last or UpstreamUnavailableError("No upstream engine could take the request.")
-        except (GeneratorExit, asyncio.CancelledError):
-            self.calls.cancel(owner)
-            raise
-        finally:
-            self.calls.end(owner)
+
+    def _after_failure(self, up: Upstream, failure: Failure, *, sent: bool, attempt: int) -> float | None:
+        """What a failed attempt leads to: seconds to wait before trying this upstream again,
+        None to move on to the next one; or the error itself, raised for the client."""
+        if failure.counts:
+            up.breaker.failure()
+        else:
+            up.breaker.release()
+        log.warning("upstream %s: %s", up.name, failure.error.message)
+        cfg = up.cfg
+        if sent:
+            # Output has reached the client: no retry, the stream ends with an error.
+            err = failure.error
+            if not isinstance(err, UpstreamStreamError):
+                err = UpstreamStreamError(err.message)
+            raise err from None
+        _pass_retry_after(failure.error, failure.retry_after, cfg.max_retry_after)
+        if not failure.failover:
+            raise failure.error from None
+        if not failure.retry or attempt == cfg.retries:
+            return None
+        delay = cfg.backoff * (2**attempt)
+        if failure.retry_after is not None:
+            if failure.retry_after > cfg.max_retry_after:
+                return None  # too long to wait here: try the next upstream instead
+            delay = max(delay, failure.retry_after)
+        self.counters["retries"] += 1
+        return float(delay)
 
     async def _counted(
         self, up: Upstream, body: dict[str, Any], normaliser: Normaliser, transcript: Transcript, finish: Finish
@@ -186,6 +175,29 @@ class UpstreamEngine:
         if not deep:
             return [{"name": up.name, "state": up.breaker.state} for up in self.upstreams]
         return list(await asyncio.gather(*(check_upstream(up) for up in self.upstreams)))
+
+
+def _prepared(req: GenerationRequest, up: Upstream) -> tuple[dict[str, Any], int, bool]:
+    """The body for this upstream, the pieces past which its stream counts as endless, and
+    whether a forced call is asked for as a JSON answer."""
+    cfg = up.cfg
+    body = build_body(
+        req,
+        model=cfg.model or req.model,
+        dialect=up.dialect,
+        caps=cfg.capabilities,
+        max_output_tokens=cfg.max_output_tokens,
+    )
+    limit = body[up.dialect.max_tokens_field] + PIECE_SLACK
+    return body, limit, forced_mode(req, up.dialect, cfg.capabilities) == "json_schema"
+
+
+def _attempt_events(
+    up: Upstream, body: dict[str, Any], normaliser: Normaliser, limit: int, as_json: bool
+) -> AsyncGenerator[EngineEvent, None]:
+    deadline = time.monotonic() + up.cfg.total_timeout
+    events = up.attempt(body, normaliser, piece_limit=limit, deadline=deadline)
+    return as_calls(events, CallReader()) if as_json else events
 
 
 def _pass_retry_after(error: APIError, seconds: float | None, bound: float) -> None:

@@ -129,15 +129,22 @@ class CallReader:
 
     def _step(self, c: str) -> None:
         if self._in_str:
-            if self._escaped:
-                self._escaped = False
-            elif c == "\\":
-                self._escaped = True
-            elif c == '"':
-                self._in_str = False
-                if self._depth == 1:
-                    self._top_string(json.loads(self._buf[self._start : self._i + 1]))
-            return
+            self._string_char(c)
+        else:
+            self._structure_char(c)
+
+    def _string_char(self, c: str) -> None:
+        """Inside a string only its end matters; a top-level one is read whole once it ends."""
+        if self._escaped:
+            self._escaped = False
+        elif c == "\\":
+            self._escaped = True
+        elif c == '"':
+            self._in_str = False
+            if self._depth == 1:
+                self._top_string(json.loads(self._buf[self._start : self._i + 1]))
+
+    def _structure_char(self, c: str) -> None:
         if c == '"':
             self._in_str = True
             self._start = self._i
@@ -147,14 +154,18 @@ class CallReader:
             if self._depth == 2:
                 self._value_starts()
         elif c in "}]":
-            self._depth -= 1
-            if self._depth == 1 and self._args is not None and self._args[1] is None:
-                self._args = (self._args[0], self._i + 1)
-            self.done = self._depth == 0
+            self._close()
         elif self._depth == 1 and c == ":":
             self._expect = "value"
         elif self._depth == 1 and c == ",":
             self._expect, self._key = "key", None
+
+    def _close(self) -> None:
+        """A container ends: back at the top level, an arguments object or array ends with it."""
+        self._depth -= 1
+        if self._depth == 1 and self._args is not None and self._args[1] is None:
+            self._args = (self._args[0], self._i + 1)
+        self.done = self._depth == 0
 
     def _value_starts(self) -> None:
         if self._expect == "value" and self._key == "arguments" and self._args is None:

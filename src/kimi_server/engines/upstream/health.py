@@ -158,21 +158,13 @@ def advice(report: dict[str, Any], up: Upstream, model_option: str) -> str:
     """What to do about a failed check, in words, for the operator. ``model_option``: where this
     upstream's model name is set (``--upstream-model``, or the route's ``model``)."""
     problem = report.get("problem")
-    base, env = up.base, up.cfg.api_key_env
+    base = up.base
     if problem == "unreachable":
         return f"cannot connect ({report.get('detail', 'no answer')}): is the server running at {base}?"
     if problem == "timeout":
         return f"{base} did not answer in time: is the address right, and is the server up and not overloaded?"
     if problem == "auth":
-        status = report.get("call_status") or report.get("status")
-        if not env:
-            return (
-                f"{base} refused the request (HTTP {status}): it wants an API key; name the environment "
-                "variable holding it with api_key_env (or KIMI_UPSTREAM_API_KEY_ENV for --upstream)"
-            )
-        if "Authorization" not in up.headers:
-            return f"{base} refused the request (HTTP {status}): the environment variable ${env} is not set"
-        return f"{base} refused the key (HTTP {status}): check the key in ${env}"
+        return _auth_advice(report, up)
     if problem == "no_models_route":
         return f"{base}/models answered 404: the base URL should end in /v1 (e.g. http://host:8000/v1)"
     if problem == "http_status":
@@ -189,3 +181,17 @@ def advice(report: dict[str, Any], up: Upstream, model_option: str) -> str:
             "see the upstream server's log"
         )
     return ""
+
+
+def _auth_advice(report: dict[str, Any], up: Upstream) -> str:
+    """Advice for a refused request: no key configured, its variable unset, or a wrong key."""
+    base, env = up.base, up.cfg.api_key_env
+    status = report.get("call_status") or report.get("status")
+    if not env:
+        return (
+            f"{base} refused the request (HTTP {status}): it wants an API key; name the environment "
+            "variable holding it with api_key_env (or KIMI_UPSTREAM_API_KEY_ENV for --upstream)"
+        )
+    if "Authorization" not in up.headers:
+        return f"{base} refused the request (HTTP {status}): the environment variable ${env} is not set"
+    return f"{base} refused the key (HTTP {status}): check the key in ${env}"

@@ -60,20 +60,8 @@ class Normaliser:
         self.calls = 0
 
     def feed(self, chunk: dict[str, Any]) -> list[EngineEvent]:
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        choices = chunk.get("choices")
-        if not choices or not isinstance(choices, list):
-            return []
-        choice = choices[0]
-        if not isinstance(choice, dict):
-            return []
-        if isinstance(choice.get("usage"), dict):  # Moonshot puts it on the last choice
-            self.usage = choice["usage"]
-        if choice.get("finish_reason"):
-            self.finish_reason = str(choice["finish_reason"])
-        delta = choice.get("delta") or choice.get("message") or {}
-        if not isinstance(delta, dict):
+        delta = self._delta(chunk)
+        if not delta:
             return []
         out: list[EngineEvent] = []
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -93,6 +81,24 @@ class Normaliser:
         for call in calls if isinstance(calls, list) else ():
             out += self._tool_delta(call)
         return out
+
+    def _delta(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
+        """The chunk's first choice's delta (or whole message); its usage and finish reason
+        noted on the way."""
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not choices or not isinstance(choices, list):
+            return None
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            return None
+        if isinstance(choice.get("usage"), dict):  # Moonshot puts it on the last choice
+            self.usage = choice["usage"]
+        if choice.get("finish_reason"):
+            self.finish_reason = str(choice["finish_reason"])
+        delta = choice.get("delta") or choice.get("message") or {}
+        return delta if isinstance(delta, dict) else None
 
     def _text(self, parts: list[Part]) -> list[EngineEvent]:
         out: list[EngineEvent] = []

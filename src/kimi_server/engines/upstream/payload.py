@@ -102,15 +102,36 @@ def build_body(
         body["temperature"] = spec.fixed_temperature
         body["top_p"] = spec.fixed_top_p
     if req.tools:
-        listed = request_tools(expose_web_search(req), dialect.system_tools)
-        if listed:  # empty: every tool is declared in a system message the upstream reads
-            body["tools"] = [_tool(t) for t in listed]
-        choice = req.tool_choice
-        body["tool_choice"] = (
-            {"type": "function", "function": {"name": choice.name}} if choice.mode == "named" else choice.mode
-        )
-        if not req.parallel_tool_calls:
-            body["parallel_tool_calls"] = False
+        body.update(_tool_fields(req, dialect))
+    _output_format(body, req, dialect, caps)
+    if req.stop:
+        body["stop"] = list(req.stop)
+    if req.seed is not None:
+        body["seed"] = req.seed
+    if req.reasoning:
+        body.update(dialect.reasoning_controls(req.effort, caps.reasoning))
+    else:
+        body.update(dialect.thinking_off())
+    cacheable = caps.prompt_cache and spec is not None and spec.accepts_cache_options
+    body.update(dialect.extra(req.cache.ttl_label if cacheable else None))
+    return body
+
+
+def _tool_fields(req: GenerationRequest, dialect: Dialect) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    listed = request_tools(expose_web_search(req), dialect.system_tools)
+    if listed:  # empty: every tool is declared in a system message the upstream reads
+        fields["tools"] = [_tool(t) for t in listed]
+    choice = req.tool_choice
+    fields["tool_choice"] = (
+        {"type": "function", "function": {"name": choice.name}} if choice.mode == "named" else choice.mode
+    )
+    if not req.parallel_tool_calls:
+        fields["parallel_tool_calls"] = False
+    return fields
+
+
+def _output_format(body: dict[str, Any], req: GenerationRequest, dialect: Dialect, caps: UpstreamCapabilities) -> None:
     fmt = req.output_format
     if forced_mode(req, dialect, caps) == "json_schema":
         # One call as a JSON answer (forced_calls.py); it replaces any output format.
@@ -123,17 +144,6 @@ def build_body(
             "type": "json_schema",
             "json_schema": {"name": fmt.name, "schema": fmt.schema, "strict": fmt.strict},
         }
-    if req.stop:
-        body["stop"] = list(req.stop)
-    if req.seed is not None:
-        body["seed"] = req.seed
-    if req.reasoning:
-        body.update(dialect.reasoning_controls(req.effort, caps.reasoning))
-    else:
-        body.update(dialect.thinking_off())
-    cacheable = caps.prompt_cache and spec is not None and spec.accepts_cache_options
-    body.update(dialect.extra(req.cache.ttl_label if cacheable else None))
-    return body
 
 
 def _tool(t: ToolSpec) -> dict[str, Any]:

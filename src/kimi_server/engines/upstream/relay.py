@@ -1,5 +1,8 @@
 """One upstream server: its pooled HTTP clients, its breaker, and one streamed attempt.
 
+The attempt's request goes through the lean client (``wire``), or through httpx where a proxy
+applies; health checks and the other one-off calls use httpx (``Upstream.client``).
+
 An attempt yields engine events as the upstream's SSE chunks arrive (no buffering) and raises
 ``Failure`` describing what went wrong and what may be done about it (retry, fail over).
 Leaving the ``async with`` of the stream closes the upstream request at once, which is what
@@ -13,9 +16,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -34,6 +38,8 @@ from kimi_server.engines.upstream.errors import (
 from kimi_server.engines.upstream.normalise import Normaliser
 from kimi_server.engines.upstream.scrub import register_upstream, scrub
 from kimi_server.engines.upstream.sse import SSEParser
+from kimi_server.engines.upstream.wire import ConnectError, ConnectTimeout, PoolTimeout, WireError, WireTimeout
+from kimi_server.engines.upstream.wire_pool import Pool, Timeouts, encode_body, proxied, request_head
 from kimi_server.errors import APIError, InvalidRequestError, PayloadTooLargeError
 from kimi_server.settings import UpstreamConfig
 
@@ -69,10 +75,21 @@ class Upstream:
             connect=cfg.connect_timeout, read=cfg.read_timeout, write=cfg.read_timeout, pool=cfg.connect_timeout
         )
         self.clients = clients or ClientSet(cfg.max_connections, self.timeout)
+        self.wire_timeouts = Timeouts(connect=cfg.connect_timeout, read=cfg.read_timeout, pool=cfg.connect_timeout)
+        self.head = b""
+        self.pool: Pool | None = None  # None: the attempt goes through httpx
+        if not proxied(self.url):
+            try:
+                self.head = request_head(self.url, self.headers)
+            except ValueError:
+                pass  # a URL or key only httpx sends (or refuses) as today
+            else:
+                self.pool = self.clients.wire_pool(self.url)
 
     @property
     def client(self) -> httpx.AsyncClient:
-        """A client for one-off calls (health checks); requests go through ``clients.stream``."""
+        """A client for one-off calls (health checks); relayed requests go through ``pool`` (or
+        ``clients.post`` where a proxy applies)."""
         return self.clients.any()
 
     async def close(self) -> None:
@@ -81,7 +98,7 @@ class Upstream:
     def _scrub(self, text: str) -> str:
         return scrub(text)
 
-    def failure_for_status(self, status: int, raw: bytes, headers: httpx.Headers) -> Failure:
+    def failure_for_status(self, status: int, raw: bytes, headers: Mapping[str, str]) -> Failure:
         detail = ""
         try:
             err = json.loads(raw).get("error")
@@ -121,38 +138,19 @@ class Upstream:
             )
         return Failure(BadGatewayError(f"The model's engine failed (HTTP {status})."))
 
+    def _post(self, body: dict[str, Any]) -> _Call:
+        return _Call(self, body)
+
     async def attempt(
         self, body: dict[str, Any], normaliser: Normaliser, *, piece_limit: int, deadline: float
     ) -> AsyncGenerator[EngineEvent, None]:
-        try:
-            async with self.clients.stream(
-                "POST", self.url, json=body, headers=self.headers, timeout=self.timeout
-            ) as resp:
-                if resp.status_code != 200:
-                    raw = b""
-                    async for part in resp.aiter_bytes():
-                        raw += part
-                        if len(raw) > MAX_ERROR_BODY:
-                            break
-                    raise self.failure_for_status(resp.status_code, raw, resp.headers)
-                if "json" in resp.headers.get("content-type", ""):
-                    # An upstream that ignored stream=true: one whole completion, awaited no
-                    # longer than the generation's deadline.
-                    try:
-                        async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
-                            whole = await resp.aread()
-                    except TimeoutError:
-                        raise Failure(GatewayTimeoutError("The model's engine took too long."), retry=False) from None
-                    for event in normaliser.feed(_loads(whole)):
-                        yield event
-                    for event in normaliser.finish():
-                        yield event
-                    return
-                # The relay loop is written out here rather than in a generator of its own: one
-                # generator layer less for every streamed event.
+        # The relay loop is written out here rather than in a generator of its own: one
+        # generator layer less for every streamed event.
+        async with self._post(body) as resp:
+            tail = await self._opening(resp, normaliser, deadline)
+            if tail is None:
                 parser = SSEParser()
-                stream = resp.aiter_bytes()
-                async for raw in stream:
+                async for raw in resp:
                     # Checked on every read, not only on events: an upstream sending nothing
                     # but keep-alive comments still ends at the deadline.
                     if time.monotonic() > deadline:
@@ -161,41 +159,121 @@ class Upstream:
                         if data == b"[DONE]":
                             for event in normaliser.finish():
                                 yield event
-                            await _drain(stream)
+                            # The few bytes left (the end of the chunked body), so the
+                            # connection is kept; an upstream that lingers is not waited for.
+                            await resp.drain(DRAIN_SECONDS)
                             return
-                        chunk = _loads(data)
-                        if "error" in chunk and not chunk.get("choices"):
-                            raise Failure(UpstreamStreamError("The model's engine reported an error mid-stream."))
-                        for event in normaliser.feed(chunk):
+                        for event in _events(data, normaliser, piece_limit):
                             yield event
                         if normaliser.pieces > piece_limit:
-                            # An upstream that will not stop: end the answer at the output cap.
-                            for event in normaliser.finish():
-                                yield Finish("length", event.usage) if isinstance(event, Finish) else event
                             return
-                if normaliser.finish_reason is None or parser.pending():
-                    raise Failure(UpstreamStreamError("The model's engine ended the stream early."))
-                # Ended cleanly without the [DONE] sentinel: some servers omit it.
-                for event in normaliser.finish():
-                    yield event
-        except httpx.TimeoutException as exc:
-            where = "connect" if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout) else "respond"
-            raise Failure(GatewayTimeoutError(f"The model's engine did not {where} in time.")) from None
-        except httpx.ConnectError:
-            raise Failure(UpstreamUnavailableError("The model's engine is unreachable.")) from None
-        except httpx.TransportError:
-            raise Failure(UpstreamStreamError("The model's engine dropped the connection.")) from None
+                tail = _ending(normaliser, parser)
+            for event in tail:
+                yield event
+
+    async def _opening(self, resp: Reply, normaliser: Normaliser, deadline: float) -> list[EngineEvent] | None:
+        """A Failure for an error status; the whole answer's events from an upstream that
+        ignored stream=true (awaited no longer than the generation's deadline); else None: the
+        body is an event stream."""
+        if resp.status != 200:
+            raw = b""
+            async for part in resp:
+                raw += part
+                if len(raw) > MAX_ERROR_BODY:
+                    break
+            raise self.failure_for_status(resp.status, raw, resp.headers)
+        if "json" not in resp.headers.get("content-type", ""):
+            return None
+        try:
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+                whole = await resp.read()
+        except TimeoutError:
+            raise Failure(GatewayTimeoutError("The model's engine took too long."), retry=False) from None
+        return [*normaliser.feed(_loads(whole)), *normaliser.finish()]
 
 
-async def _drain(stream: AsyncIterator[bytes]) -> None:
-    """Reads the few bytes after ``[DONE]`` (the end of the chunked body), so the connection goes
-    back to the pool instead of being closed; an upstream that lingers is not waited for."""
-    try:
-        async with asyncio.timeout(DRAIN_SECONDS):
-            async for _ in stream:
-                pass
-    except (TimeoutError, httpx.HTTPError):
-        pass
+class Reply(Protocol):
+    """A response as the relay reads it: ``wire.Response``, or ``clients.HttpxReply``."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def read(self) -> bytes: ...
+
+    async def drain(self, seconds: float) -> None: ...
+
+
+_TRANSPORT_ERRORS = (httpx.TransportError, WireError)
+_CONNECT_TIMEOUTS = (httpx.ConnectTimeout, httpx.PoolTimeout, ConnectTimeout, PoolTimeout)
+
+
+class _Call:
+    """One relayed request, on the lean client or (behind a proxy) httpx. Transport errors
+    become Failures, whether they come while connecting or while the body streams."""
+
+    __slots__ = ("body", "cm", "up")
+
+    def __init__(self, up: Upstream, body: dict[str, Any]) -> None:
+        self.up = up
+        self.body = body
+        self.cm: AbstractAsyncContextManager[Reply] | None = None
+
+    async def __aenter__(self) -> Reply:
+        up = self.up
+        cm: AbstractAsyncContextManager[Reply]
+        if up.pool is not None:
+            cm = up.pool.post(up.head, encode_body(self.body), up.wire_timeouts)
+        else:
+            cm = up.clients.post(up.url, self.body, up.headers, up.timeout)
+        try:
+            resp = await cm.__aenter__()
+        except _TRANSPORT_ERRORS as exc:
+            raise _transport_failure(exc) from None
+        self.cm = cm
+        return resp
+
+    async def __aexit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        assert self.cm is not None
+        try:
+            await self.cm.__aexit__(typ, exc, tb)
+        except _TRANSPORT_ERRORS as closing:
+            exc = exc or closing
+        if isinstance(exc, _TRANSPORT_ERRORS):
+            raise _transport_failure(exc) from None
+
+
+def _transport_failure(exc: Exception) -> Failure:
+    if isinstance(exc, httpx.TimeoutException | WireTimeout):
+        where = "connect" if isinstance(exc, _CONNECT_TIMEOUTS) else "respond"
+        return Failure(GatewayTimeoutError(f"The model's engine did not {where} in time."))
+    if isinstance(exc, httpx.ConnectError | ConnectError):
+        return Failure(UpstreamUnavailableError("The model's engine is unreachable."))
+    return Failure(UpstreamStreamError("The model's engine dropped the connection."))
+
+
+def _events(data: bytes, normaliser: Normaliser, piece_limit: int) -> list[EngineEvent]:
+    """One SSE event's engine events; past the output cap, the answer's end after them."""
+    chunk = _loads(data)
+    if "error" in chunk and not chunk.get("choices"):
+        raise Failure(UpstreamStreamError("The model's engine reported an error mid-stream."))
+    events = normaliser.feed(chunk)
+    if normaliser.pieces > piece_limit:
+        # An upstream that will not stop: end the answer at the output cap.
+        ending = normaliser.finish()
+        return [*events, *(Finish("length", e.usage) if isinstance(e, Finish) else e for e in ending)]
+    return events
+
+
+def _ending(normaliser: Normaliser, parser: SSEParser) -> list[EngineEvent]:
+    """The stream ended without ``[DONE]``: fine (some servers omit it) if the answer did."""
+    if normaliser.finish_reason is None or parser.pending():
+        raise Failure(UpstreamStreamError("The model's engine ended the stream early."))
+    return normaliser.finish()
 
 
 _DECODER = json.JSONDecoder()
