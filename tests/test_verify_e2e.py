@@ -1,6 +1,6 @@
-"""``kimi-server verify`` end to end: the real server's embedded engine under each contract,
-and the server in front of llama.cpp's own HTTP server (on the default model). Every check
-must pass or skip with a reason; a failure prints the checks that failed."""
+"""``kimi-server verify`` end to end: the real server on the default model under each
+contract, and the server in front of llama.cpp's own HTTP server. Every check must pass or
+skip with a reason; a failure prints the checks that failed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DEFAULT_MODEL, TEST_MODEL, LiveServer, start_server, stop_server
+from tests.conftest import DEFAULT_MODEL, LiveServer, start_server, stop_server
 from tests.upstreams.fixtures import llamacpp_server
 
 pytestmark = pytest.mark.e2e
@@ -62,22 +62,10 @@ def passes(report: dict[str, Any], code: int) -> None:
     assert all(line.split(": ", 2)[2] for line in skipped), "a skip without a reason"
 
 
-# The embedded engine's runs use the small test model: every check passes on it as on the
-# default model (the grammars make calls and structured answers hold on any model), at a
-# fraction of the generation time.
-@pytest.fixture(scope="module")
-def evolink_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    proc, server = start_server(tmp_path_factory.mktemp("verify-evolink"), "--model", TEST_MODEL)
-    try:
-        yield server
-    finally:
-        stop_server(proc)
-
-
 @pytest.fixture(scope="module")
 def moonshot_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     proc, server = start_server(
-        tmp_path_factory.mktemp("verify-moonshot"), "--model", TEST_MODEL, "--contract", "moonshot"
+        tmp_path_factory.mktemp("verify-moonshot"), "--model", DEFAULT_MODEL, "--contract", "moonshot"
     )
     try:
         yield server
@@ -85,8 +73,8 @@ def moonshot_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSe
         stop_server(proc)
 
 
-def test_the_embedded_engine_keeps_the_evolink_contract(evolink_server: LiveServer) -> None:
-    code, report = verify(evolink_server, "evolink", models=MODELS)
+def test_the_embedded_default_model_keeps_the_evolink_contract(default_model_server: LiveServer) -> None:
+    code, report = verify(default_model_server, "evolink", models=MODELS)
     passes(report, code)
     groups = {r["group"] for r in report["results"] if r["status"] == "PASS"}
     # Everything the embedded engine does is checked, not skipped.
@@ -116,7 +104,7 @@ def test_the_embedded_engine_keeps_the_evolink_contract(evolink_server: LiveServ
 SAME_UNDER_BOTH = [arg for group in ("tools", "structured", "web_search", "media") for arg in ("--skip", group)]
 
 
-def test_the_embedded_engine_keeps_the_moonshot_contract(moonshot_server: LiveServer) -> None:
+def test_the_embedded_default_model_keeps_the_moonshot_contract(moonshot_server: LiveServer) -> None:
     code, report = verify(moonshot_server, "moonshot", *SAME_UNDER_BOTH)
     passes(report, code)
     passed = {f"{r['group']}: {r['check']}" for r in report["results"] if r["status"] == "PASS"}
@@ -127,9 +115,9 @@ def test_the_embedded_engine_keeps_the_moonshot_contract(moonshot_server: LiveSe
     } <= passed
 
 
-def test_the_wrong_contract_is_caught(evolink_server: LiveServer) -> None:
+def test_the_wrong_contract_is_caught(default_model_server: LiveServer) -> None:
     """An evolink server held to Moonshot's rules fails where the two differ, saying how."""
-    code, report = verify(evolink_server, "moonshot", "--only", "params", "--only", "effort", models=MODELS)
+    code, report = verify(default_model_server, "moonshot", "--only", "params", "--only", "effort", models=MODELS)
     assert code == 1
     failed = "\n".join(by_status(report, "FAIL"))
     assert "params: penalties fixed at 0 [kimi-k3]: expected 400, got 200" in failed
