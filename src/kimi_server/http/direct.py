@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from kimi_server.errors import APIError
 from kimi_server.gate.auth import Principal
 from kimi_server.http.errors import error_response, http_error_response, validation_error
-from kimi_server.http.guard import PARSED_BODY
+from kimi_server.http.guard import PARSED_BODY, read_body
 from kimi_server.http.json_checks import NOT_PARSED
 from kimi_server.http.state import authenticated
 
@@ -50,7 +50,7 @@ class DirectRoutes:
             return
         model, endpoint = route
         request = Request(scope, receive)
-        raw = await _body(receive)
+        raw = await read_body(receive) or b""  # the body the guard read and replays; b"": the client left
         try:
             data = _json_body(raw, _content_type(scope), scope)
             response = await _serve(model, endpoint, request, data)
@@ -103,15 +103,3 @@ def _content_type(scope: Scope) -> bytes | None:
         if name == b"content-type":
             return bytes(value)
     return None
-
-
-async def _body(receive: Receive) -> bytes:
-    """The body the guard read and replays (``http/guard.py``): one message."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(chunks)
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)

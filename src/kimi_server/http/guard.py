@@ -69,7 +69,7 @@ class OverloadGuard:
             closing_receive, closing_send = _closing_if_unread(receive, send)
             await self.app(scope, closing_receive, closing_send)
             return
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
             # The client left, or its body came too slowly and the connection already got its
             # 408 (http/connections.py). Nobody reads this answer: it is for the request log.
@@ -100,7 +100,7 @@ class OverloadGuard:
         return None
 
 
-async def _read_body(receive: Receive) -> bytes | None:
+async def read_body(receive: Receive) -> bytes | None:
     """The whole body; None if the connection ended first."""
     chunks: list[bytes] = []
     while True:
