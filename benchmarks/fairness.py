@@ -8,10 +8,12 @@ the quiet key's request waits behind the whole flood (about 32 / slots requests'
     python benchmarks/fairness.py [--model smollm2-135m] [--parallel 4] [--rounds 3] [--samples 5]
 
 ``--prefill``: one key sends a long multi-line prompt (about 6,000 tokens, one per character)
-while the quiet key streams; prints the quiet key's time per streamed token (from sending its
-request to its last token, so a prompt left waiting counts) with that prefill running, as a
-ratio to the same on the idle server, interleaved over ``--rounds``. Target: at
-most 3x. ``--prefill-turn`` / ``--prefill-turn-shared`` set the server's (to compare choices;
+while the quiet key streams request after request; prints both sides: the quiet key's time per
+streamed token (from sending its request to its last token, so a prompt left waiting counts) as
+a ratio to the same on the idle server, interleaved over ``--rounds`` (target: at most 3x), and
+the long prompt's time to its first token beside that stream as a ratio to the same prompt read
+alone (bounded by ``prefill_slowdown``, 3x by default). ``--prefill-turn``,
+``--prefill-turn-shared`` and ``--prefill-slowdown`` set the server's (to compare choices;
 2048 and 0 give llama.cpp's own behaviour, where the quiet key gets one token per 2,048-token
 batch, or none until the long prompt is read when its slot comes later).
 
@@ -123,50 +125,62 @@ async def streamed_gaps(client: httpx.AsyncClient, url: str, tokens: int, tag: s
     return (stamps[-1] - start) / len(stamps), stamps[0] - start
 
 
-async def long_prompt_running(client: httpx.AsyncClient, base: str) -> None:
-    """Until the long prompt's llama.cpp call is in flight (the sender's own engine stats)."""
-    for _ in range(600):
-        r = await client.get(f"{base}/engine/stats", headers={"Authorization": f"Bearer {KEY}"})
-        if r.json()["data"][0]["active_calls"] > 0:
-            return
-        await asyncio.sleep(0.1)
-    raise RuntimeError("the long prompt never reached the engine")
+async def first_token(client: httpx.AsyncClient, url: str, payload: dict[str, object]) -> float:
+    """Seconds from sending a streamed request to its first reasoning or content token."""
+    start = time.perf_counter()
+    async with client.stream(
+        "POST", url, json={**payload, "stream": True}, headers={"Authorization": f"Bearer {KEY}"}
+    ) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if line.startswith("data: {") and ('"content"' in line or '"reasoning_content"' in line):
+                return time.perf_counter() - start
+    raise RuntimeError("the long prompt's stream ended without a token")
+
+
+def long_body(tag: str) -> dict[str, object]:
+    # A new first line each time: the prompt cache must not serve it.
+    return {**body(0, 4), "messages": [{"role": "user", "content": f"{tag}\n" + LONG_PROMPT}]}
 
 
 async def measure_prefill(base: str, rounds: int, tokens: int) -> None:
+    """Both sides, each round: the quiet key streams back to back while the long prompt is read
+    (its time per token against the idle server's), and the long prompt's time to its first
+    token with that stream running (against the same prompt read alone, measured last)."""
     url = f"{base}/chat/completions"
     ratios: list[float] = []
-    async with httpx.AsyncClient(timeout=1200) as client:
+    firsts: list[float] = []
+    async with httpx.AsyncClient(timeout=1800) as client:
         await streamed_gaps(client, url, tokens, "warm-up")
         for n in range(rounds):
-            idle, idle_first = await streamed_gaps(client, url, tokens, f"idle {n}")
-            # A new first line each round: the sender's prompt cache must not serve it.
-            long_body = {**body(n, 4), "messages": [{"role": "user", "content": f"round {n}\n" + LONG_PROMPT}]}
-            sender = asyncio.create_task(client.post(url, json=long_body, headers={"Authorization": f"Bearer {KEY}"}))
-            await long_prompt_running(client, base)
-            busy, busy_first = await streamed_gaps(client, url, tokens, f"busy {n}")
-            still_reading = not sender.done()
-            sender.cancel()  # the server stops the departed request's slot
-            await asyncio.gather(sender, return_exceptions=True)
-            await asyncio.sleep(1.0)
-            ratios.append(busy / idle)
+            idle, _ = await streamed_gaps(client, url, tokens, f"idle {n}")
+            sender = asyncio.create_task(first_token(client, url, long_body(f"round {n}")))
+            busy: list[float] = []
+            while not sender.done():
+                gap, _ = await streamed_gaps(client, url, tokens, f"busy {n}.{len(busy)}")
+                busy.append(gap)
+            long_first = await sender
+            firsts.append(long_first)
+            ratio = statistics.median(busy) / idle
+            ratios.append(ratio)
             print(
-                f"round {n + 1}: quiet key time per token idle {idle * 1000:.0f} ms, beside the long "
-                f"prompt {busy * 1000:.0f} ms, ratio {busy / idle:.2f}x (first token {idle_first:.2f} s "
-                f"-> {busy_first:.2f} s)" + ("" if still_reading else "; the long request ended first"),
+                f"round {n + 1}: quiet key time per token idle {idle * 1000:.0f} ms, beside the long prompt "
+                f"{statistics.median(busy) * 1000:.0f} ms (median of {len(busy)} streams), ratio {ratio:.2f}x; "
+                f"the long prompt's first token after {long_first:.1f} s",
                 flush=True,
             )
-        # What the small batches and turns cost a long prompt read alone.
-        start = time.perf_counter()
-        alone = {**body(rounds, 4), "messages": [{"role": "user", "content": "alone\n" + LONG_PROMPT}]}
-        r = await client.post(url, json=alone, headers={"Authorization": f"Bearer {KEY}"})
-        r.raise_for_status()
-        read = r.json()["usage"]["prompt_tokens"]
-        print(f"the long prompt alone: {read} tokens answered in {time.perf_counter() - start:.1f} s")
+            await asyncio.sleep(1.0)
+        alone = await first_token(client, url, long_body("alone"))
+        print(f"the long prompt alone: first token after {alone:.1f} s", flush=True)
     print(
         f"quiet key time per token beside a {len(LONG_PROMPT)}-character multi-line prompt / idle: "
         f"median {statistics.median(ratios):.2f}x (min {min(ratios):.2f}x, max {max(ratios):.2f}x over "
         f"{rounds} rounds; target <= 3x)"
+    )
+    print(
+        f"the long prompt's first token beside a streaming key / alone: median "
+        f"{statistics.median(firsts) / alone:.2f}x ({statistics.median(firsts):.1f} s / {alone:.1f} s; "
+        f"bounded by prefill_slowdown, 3x by default)"
     )
 
 
@@ -180,6 +194,7 @@ def main() -> None:
     parser.add_argument("--prefill", action="store_true", help="the long-prompt case instead of the flood")
     parser.add_argument("--prefill-turn", type=int, help="the server's prefill_turn (default: its own)")
     parser.add_argument("--prefill-turn-shared", type=int, help="the server's prefill_turn_shared")
+    parser.add_argument("--prefill-slowdown", type=float, help="the server's prefill_slowdown")
     args = parser.parse_args()
     if args.prefill:
         env = {**ENV, "KIMI_BUDGETS": '{"low": {"floor": 8, "cap": 16}}'}
@@ -187,6 +202,8 @@ def main() -> None:
             env["KIMI_PREFILL_TURN"] = str(args.prefill_turn)
         if args.prefill_turn_shared is not None:
             env["KIMI_PREFILL_TURN_SHARED"] = str(args.prefill_turn_shared)
+        if args.prefill_slowdown is not None:
+            env["KIMI_PREFILL_SLOWDOWN"] = str(args.prefill_slowdown)
         extra = ["--api-key", QUIET, "--parallel", str(args.parallel), "--ctx-size", "8192"]
         with running_server(args.model, *extra, env=env) as base:
             asyncio.run(measure_prefill(base, args.rounds, max(args.tokens, 32)))

@@ -12,7 +12,10 @@ the upstream and this load generator share the others:
   forwarding bytes through the lean upstream client kimi-server itself uses: the floor;
 - ``kimi static``: ``kimi-server serve --upstream`` with a static key (ledger on);
 - ``kimi stored``: the same with a stored key with RPM, TPM and a budget (limits + ledger);
-- ``litellm``: LiteLLM's proxy, only where it is installed (``--litellm``).
+- ``litellm``: LiteLLM's proxy, only where it is installed (``--litellm``);
+- ``kimi httpx``: ``kimi stored`` again with its relayed calls on httpx rather than its own
+  upstream client (``KIMI_UPSTREAM_TRANSPORT=httpx``), with ``--client httpx``: what the own
+  client saves, printed as ratios to this run.
 
 Measured, interleaved round by round so load from elsewhere falls on every relay alike:
 added latency p50 / p99 (sequential requests, minus calling the upstream directly); requests/s
@@ -23,7 +26,7 @@ limits a relay. ``--workers`` adds a scaling run: kimi-server with ``--workers 1
 N cores at 64 concurrent, with nginx as the upstream and wrk as the load where both are
 installed (``benchmarks/c_peers.py``), so that the peers leave the cores to the relay.
 
-    python benchmarks/relay.py [--quick] [--rounds 3] [--requests 2000] [--workers] [--litellm]
+    python benchmarks/relay.py [--quick] [--rounds 3] [--requests 2000] [--workers] [--litellm] [--client httpx]
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from benchmarks._measure import machine_note
 from benchmarks._server import KEY, _free_port
 from benchmarks.relay_load import BODY, Conn, events, pin, rps, sequential, start, tree_cpu
 from benchmarks.relay_peers import serve_bare, serve_bare_wire, serve_upstream, short_sse
-from benchmarks.relay_report import Relay, report, report_workers, verdict
+from benchmarks.relay_report import Relay, client_share, report, report_workers, verdict
 
 
 def stored_key(env: dict[str, str]) -> str:
@@ -78,11 +81,17 @@ KIMI_ENV = {"KIMI_LOG_LEVEL": "warning", "KIMI_PRICES": '{"kimi-k3.1-pro": {"inp
 
 
 def start_kimi(
-    tmp: str, name: str, upstream: str, cores: set[int] | None, workers: int = 1, stored: bool = False
+    tmp: str,
+    name: str,
+    upstream: str,
+    cores: set[int] | None,
+    workers: int = 1,
+    stored: bool = False,
+    transport: str = "auto",
 ) -> Relay:
     port = _free_port()
     data = os.path.join(tmp, name.replace(" ", "-"))
-    env = {**KIMI_ENV, "KIMI_DATA_DIR": data}
+    env = {**KIMI_ENV, "KIMI_DATA_DIR": data, "KIMI_UPSTREAM_TRANSPORT": transport}
     key = stored_key(env) if stored else KEY
     cmd = [
         sys.executable,
@@ -149,6 +158,8 @@ def run_relays(args: argparse.Namespace, upstream: str, up_port: int, relay_core
             relays.append(Relay("bare wire", port, proc))
             relays.append(start_kimi(tmp, "kimi static", upstream, relay_cores))
             relays.append(start_kimi(tmp, "kimi stored", upstream, relay_cores, stored=True))
+            if args.client == "httpx":
+                relays.append(start_kimi(tmp, "kimi httpx", upstream, relay_cores, stored=True, transport="httpx"))
             if args.litellm:
                 if importlib.util.find_spec("litellm") is None:
                     print("litellm is not installed: skipped", file=sys.stderr)
@@ -173,6 +184,8 @@ def run_relays(args: argparse.Namespace, upstream: str, up_port: int, relay_core
             )
             report(relays, note)
             verdict(relays)
+            if args.client == "httpx":
+                client_share(relays)
         finally:
             for r in relays:
                 r.proc.terminate()
@@ -241,6 +254,12 @@ def main() -> None:
     parser.add_argument("--workers", action="store_true", help="also the --workers 1, 2, N scaling run")
     parser.add_argument("--workers-only", action="store_true", help="only the --workers scaling run")
     parser.add_argument("--litellm", action="store_true", help="also LiteLLM's proxy, where installed")
+    parser.add_argument(
+        "--client",
+        choices=["own", "httpx"],
+        default="own",
+        help="httpx: also kimi-server with its relayed calls on httpx, against its own client",
+    )
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-bare", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--serve-bare-wire", nargs=3, help=argparse.SUPPRESS)

@@ -80,6 +80,20 @@ def verdict(relays: list[Relay]) -> None:
     print(f"  added latency p50         {kimi.median('added') / floor.median('added'):.2f}x the floor's")
 
 
+def client_share(relays: list[Relay]) -> None:
+    """kimi-server on its own upstream client against itself on httpx (``--client httpx``): the
+    same server, key, limits and ledger, so the difference is the client's."""
+    by = {r.name: r for r in relays}
+    own, on_httpx = by["kimi stored"], by["kimi httpx"]
+    print("\nkimi-server's own upstream client against httpx (stored key; baseline: kimi httpx), no target:")
+    print(f"  requests per CPU-second   {on_httpx.median('cpu64') / own.median('cpu64'):.2f}x")
+    print(f"  SSE events per CPU-second {on_httpx.median('cpu_event') / own.median('cpu_event'):.2f}x")
+    print(f"  requests/s at 64          {own.median('rps64') / on_httpx.median('rps64'):.2f}x")
+    print(f"  added latency p50         {own.median('added') / on_httpx.median('added'):.2f}x httpx's")
+    saved = 1 - own.median("cpu64") / on_httpx.median("cpu64")
+    print(f"  CPU per request the own client saves: {saved:.0%} of kimi-server's on httpx")
+
+
 def report_workers(relays: list[Relay], cores: int, *, with_c_peers: bool) -> None:
     one = relays[0].median("rps64")
     peers = (

@@ -10,8 +10,8 @@ def parse_sse(body: str) -> list[dict[str, Any]]:
     """Each frame must be exactly ``event: <type>`` then one ``data:`` line whose type matches."""
     events: list[dict[str, Any]] = []
     for frame in body.split("\n\n"):
-        if not frame.strip():
-            continue
+        if not frame.strip() or frame.startswith(":"):
+            continue  # an empty frame, or a comment (a keep-alive), which SSE clients skip
         lines = frame.split("\n")
         assert len(lines) == 2, f"a frame is one event line and one data line: {frame!r}"
         assert lines[0].startswith("event: ") and lines[1].startswith("data: ")

@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kimi_server.cli import app as cli_app
-from kimi_server.gate import cli as gate_cli
+from kimi_server.gate import cli_common as gate_cli
 from tests.gateway_util import ADMIN_KEY, STATIC_KEY, chat_body, make_app, postgres_database, serve
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from kimi_server.gate.admission import Admission, AdmissionLimits, KeyOverShareError, OverloadedError, Ticket
+from kimi_server.gate.admission import Admission, AdmissionLimits, KeyOverShareError, OverloadedError, QueuePlace
 
 
 def test_waiting_keys_are_served_in_turn_not_first_come_first_served() -> None:
@@ -84,8 +84,8 @@ def test_a_cancel_that_races_a_grant_loses_no_slot() -> None:
             first.release()  # grants b's turn ...
             task.cancel()  # ... in the same instant as its client leaves
             (result,) = await asyncio.gather(task, return_exceptions=True)
-            if isinstance(result, Ticket):
-                result.release()  # what http/overload.py:until_disconnected's discard does
+            if isinstance(result, QueuePlace):
+                result.release()  # what gate/admit.py:take_turn's discard does
             assert adm.active == 0 and adm.waiting == 0
 
     asyncio.run(run())

@@ -158,11 +158,41 @@ def test_errors_are_one_line_without_a_traceback(scripted: tuple[str, ScriptedEn
         },
     )
     assert from_env.returncode == 0 and "Hello there." in from_env.stdout, from_env.stderr
-    # a refusal mid-session (an unknown model: 404) is shown and the session goes on.
-    result = run_chat(url, STATIC_KEY, ["/model nope", "hello", "/model kimi-k3", "hello"])
+    # a mid-session refusal (too many output tokens for the model: 400) is shown and the
+    # session goes on.
+    result = run_chat(url, STATIC_KEY, ["hello", "/quit"], "--max-tokens", "2000000")
     assert result.returncode == 0
-    assert "404" in result.stderr and "Traceback" not in result.stderr
-    assert "Hello there." in result.stdout
+    assert "400" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_effort_or_model_the_server_refuses_is_refused_at_once(scripted: tuple[str, ScriptedEngine]) -> None:
+    """The efforts come from /v1/models: a choice that would fail the next turn is refused when
+    it is made, and the session keeps the one it had."""
+    url, engine = scripted
+    lines = [
+        "/effort bogus",  # no such level
+        "hello",
+        "/model kimi-k3",  # takes max only: not at low
+        "/model nope",  # not listed
+        "/effort default",
+        "/model kimi-k3",
+        "/effort high",  # not one of kimi-k3's
+        "hello",
+        "/quit",
+    ]
+    result = run_chat(url, STATIC_KEY, lines, "--model", "kimi-k3.1-pro", "--effort", "low")
+    assert result.returncode == 0, result.stderr
+    said = ANSI.sub("", result.stdout)
+    assert "kimi-k3.1-pro takes effort low, high, max" in said and "not bogus; effort stays low" in said
+    assert "kimi-k3 takes effort max; not low" in said and "model stays kimi-k3.1-pro" in said
+    assert "the server lists no model nope" in said
+    assert "kimi-k3 takes effort max; not high; effort stays server default" in said
+    assert result.stderr == ""  # no turn failed
+    assert [(r.model, r.effort) for r in engine.requests] == [("kimi-k3.1-pro", "low"), ("kimi-k3", "max")]
+    # Given on the command line, the same checks stop it before any turn.
+    bad = run_chat(url, STATIC_KEY, ["hello"], "--model", "kimi-k3", "--effort", "low")
+    assert bad.returncode == 2 and "--effort: kimi-k3 takes effort max; not low" in ANSI.sub("", bad.stderr)
+    assert len(engine.requests) == 2
 
 
 @pytest.mark.e2e

@@ -7,14 +7,17 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import Annotated
 
 import httpx
 import pytest
+import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
 from kimi_server import __version__
 from kimi_server.cli import app as cli_app
+from kimi_server.cli_help import plain_flags
 from kimi_server.cli_output import Format, print_rows, table
 from tests.gateway_util import chat_body, make_app, serve
 
@@ -118,3 +121,26 @@ def test_version_and_help() -> None:
         assert "--help" in shown.stdout
     # Options that take values still say which kind.
     assert "<path>" in runner.invoke(cli_app, ["keys", "list", "--help"], env={"COLUMNS": "160"}).stdout
+
+
+def test_help_tidying_is_this_clis_own_not_a_patch_of_typer() -> None:
+    """Only the apps given to plain_flags change: typer itself (any other app) is left as it is."""
+
+    def build() -> typer.Typer:
+        other = typer.Typer()
+
+        @other.command()
+        def run(quiet: Annotated[bool, typer.Option(help="Say less.")] = False, tag: list[str] | None = None) -> None:
+            """Runs."""
+
+        @other.command()
+        def stop() -> None:
+            """Stops."""
+
+        return other
+
+    env = {"COLUMNS": "160"}
+    untouched = CliRunner().invoke(build(), ["run", "--help"], env=env).stdout
+    assert "<bool>" in untouched and "<list[str]>" in untouched
+    tidied = CliRunner().invoke(plain_flags(build()), ["run", "--help"], env=env).stdout
+    assert "<bool>" not in tidied and "<list[" not in tidied and "<str>" in tidied and "--quiet" in tidied

@@ -30,7 +30,7 @@ if shutil.which(CHROMIUM) is None:  # scripts/test installs it; CI must not skip
         raise RuntimeError(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium package")
     pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)", allow_module_level=True)
 
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,21 @@ def context(browser: Browser) -> Iterator[BrowserContext]:
         yield ctx
     finally:
         ctx.close()
+
+
+@pytest.fixture(autouse=True)
+def csp_violations(context: BrowserContext) -> Iterator[list[str]]:
+    """What the browser refused under the console's Content-Security-Policy, on every page of
+    a test: the console must work without inline script, handlers or style."""
+    refused: list[str] = []
+
+    def note(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            refused.append(message.text)
+
+    context.on("console", note)
+    yield refused
+    assert not refused, refused
 
 
 def origin(server: LiveServer) -> str:
@@ -207,34 +222,45 @@ def test_the_playground_streams_an_answer_with_its_reasoning_apart(server: LiveS
     page.select_option("#effort", "low")
     page.fill("#max-tokens", "40")
     page.fill("#message", "Name two fruits.")
-    # Count the updates each pane gets: a streamed answer arrives in many pieces.
+    # Count the updates each pane gets: a streamed reasoning arrives in many pieces. (The
+    # answer is the attempt the reasoning settled on: it comes when that is decided.)
     page.evaluate("""() => {
         window.updates = {reasoning: 0, answer: 0};
-        for (const id of ["reasoning", "answer"]) {
-            new MutationObserver(() => { window.updates[id] += 1; })
-                .observe(document.getElementById(id), {childList: true, characterData: true, subtree: true});
-        }
+        new MutationObserver((records) => {
+            for (const r of records) {
+                const node = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+                const pane = node.closest(".reasoning, .answer");
+                if (pane) window.updates[pane.classList.contains("reasoning") ? "reasoning" : "answer"] += 1;
+            }
+        }).observe(document.getElementById("conversation"), {childList: true, characterData: true, subtree: true});
     }""")
     page.click("#send")
     expect(page.locator("#output")).to_have_attribute("data-state", "done", timeout=300_000)
-    reasoning = page.inner_text("#reasoning").strip()
-    answer = page.inner_text("#answer").strip()
-    assert reasoning and answer and reasoning != answer
+    last = page.locator("#conversation .turn.assistant:last-child")
+    reasoning = last.locator(".reasoning").inner_text().strip()
+    answer = last.locator(".answer").inner_text().strip()
+    # Both panes filled. Their texts may be equal: a first attempt that reaches the effort's floor
+    # is the only one, and it is itself the answer (seen once with the tiny model).
+    assert reasoning and answer
     updates = page.evaluate("window.updates")
     assert updates["reasoning"] > 1 and updates["answer"] >= 1, updates
-    assert page.locator("#error").is_hidden()
-    curl = page.inner_text("#curl")
+    assert last.locator(".error").is_hidden()
+    curl = page.text_content("#curl") or ""  # in a closed <details>: its text, not what shows
     assert "/v1/chat/completions" in curl and "$KIMI_API_KEY" in curl and server.key not in curl
     assert '"stream": true' in curl and '"reasoning_effort": "low"' in curl
-    expect(page.locator("#usage")).to_contain_text("reasoning")
+    expect(last.locator(".usage")).to_contain_text("reasoning")
 
-    # The Responses endpoint: its reasoning summary apart from the output text.
+    # The Responses endpoint, in the same conversation: its reasoning summary apart from the
+    # output text, and the first turn's items sent back with the second question.
     page.check("input[name=endpoint][value=responses]")
+    page.fill("#message", "And one more.")
     page.click("#send")
     expect(page.locator("#output")).to_have_attribute("data-state", "done", timeout=300_000)
-    assert page.inner_text("#answer").strip() and page.inner_text("#reasoning").strip()
-    assert page.locator("#error").is_hidden()
-    assert "/v1/responses" in page.inner_text("#curl")
+    assert last.locator(".answer").inner_text().strip() and last.locator(".reasoning").inner_text().strip()
+    assert last.locator(".error").is_hidden()
+    expect(page.locator("#conversation .turn")).to_have_count(4)
+    curl = page.text_content("#curl") or ""
+    assert "/v1/responses" in curl and "Name two fruits." in curl
 
 
 def test_the_usage_chart_shows_requests_just_made(server: LiveServer, context: BrowserContext, tmp_path: Path) -> None:
@@ -268,3 +294,31 @@ def test_the_usage_chart_shows_requests_just_made(server: LiveServer, context: B
     shot = SCREENSHOT if os.environ.get("UPDATE_SCREENSHOTS") == "1" else tmp_path / "console.png"
     page.screenshot(path=str(shot), full_page=False)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_the_console_runs_under_its_content_security_policy(
+    server: LiveServer, context: BrowserContext, csp_violations: list[str]
+) -> None:
+    page = context.new_page()
+    sign_in(page, server, ADMIN_KEY)
+    response = page.goto(f"{origin(server)}/console/live")
+    assert response is not None
+    headers = response.headers
+    assert "script-src 'self'" in headers["content-security-policy"] and headers["x-content-type-options"] == "nosniff"
+    assert headers["referrer-policy"] == "same-origin"
+    # htmx (a file) runs: the panel is fetched again on its timer, and the deep check on a click.
+    with page.expect_response(lambda r: r.url.endswith("/console/live/panel") and r.status == 200, timeout=15_000):
+        pass
+    page.click("button[hx-get='/console/live/health']")
+    expect(page.locator("#deep-health")).not_to_be_empty(timeout=120_000)
+    # Script written into the page is not run, and the browser says why.
+    ran = page.evaluate(
+        """() => { const s = document.createElement("script"); s.textContent = "window.injected = 1";
+                   document.body.append(s); return window.injected === 1; }"""
+    )
+    assert ran is False
+    deadline = time.monotonic() + 10  # the console message of the refusal is on its way
+    while not any("inline script" in text for text in csp_violations):
+        assert time.monotonic() < deadline, csp_violations
+        page.wait_for_timeout(50)
+    csp_violations.clear()  # that one was meant

@@ -127,9 +127,9 @@ def test_thinking_disabled_on_responses(moonshot: TestClient) -> None:
     [
         ("disabled", "thinking"),
         (True, "thinking"),
-        ({}, "thinking.type"),
         ({"type": "off"}, "thinking.type"),
-        ({"type": None}, "thinking.type"),
+        ({"type": ""}, "thinking.type"),
+        ({"keep": "last"}, "thinking.keep"),
         ({"type": "enabled", "keep": "last"}, "thinking.keep"),
     ],
 )
@@ -141,6 +141,22 @@ def test_invalid_thinking_is_a_400(moonshot: TestClient, endpoint: str, thinking
 
 def test_thinking_keep_all_is_accepted(moonshot: TestClient) -> None:
     assert moonshot.post(CHAT, json=chat(thinking={"type": "enabled", "keep": "all"})).status_code == 200
+
+
+@pytest.mark.parametrize("thinking", [{}, {"keep": "all"}, {"type": None}, {"type": None, "keep": None}])
+@pytest.mark.parametrize("endpoint", [CHAT, RESPONSES])
+def test_thinking_without_type_means_enabled(
+    moonshot: TestClient, client: TestClient, engine: ScriptedEngine, endpoint: str, thinking: dict[str, Any]
+) -> None:
+    """Moonshot's clients send {"keep": "all"} or {} for thinking on: both profiles reason."""
+    make = chat if endpoint == CHAT else responses
+    for server in (moonshot, client):
+        r = server.post(endpoint, json=make("kimi-k3.1-pro", thinking=thinking))
+        assert r.status_code == 200, r.text
+        assert engine.requests[-1].reasoning is True
+    if endpoint == CHAT:
+        message = moonshot.post(CHAT, json=chat(thinking=thinking)).json()["choices"][0]["message"]
+        assert message["reasoning_content"] == "Let me think."
 
 
 @pytest.mark.parametrize("endpoint", [CHAT, RESPONSES])

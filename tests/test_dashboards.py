@@ -156,6 +156,29 @@ def test_every_dashboard_query_finds_its_metrics(server: LiveServer) -> None:
     assert {s["state"] for s in breakers} == {"closed", "open", "half_open"}
 
 
+def test_every_alert_rule_finds_its_metrics_and_labels(server: LiveServer) -> None:
+    """deploy/prometheus/alerts.yml (loaded by the example's rule_files): every metric a rule's
+    expression names is exported, with the labels it filters and groups on."""
+    config = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
+    assert re.search(r"^rule_files:\s*\n\s*-\s*alerts\.yml", config, re.M)
+    rules = (DEPLOY / "prometheus" / "alerts.yml").read_text()
+    alerts = re.findall(r"^\s*- alert:\s*(\w+)", rules, re.M)
+    exprs = re.findall(r"^\s*expr:\s*(.+)$", rules, re.M)
+    assert alerts == ["KimiBudgetSpent", "KimiKeyExpiringSoon", "KimiUpstreamBreakerOpen"] and len(exprs) == 3
+    origin = server.base_url.removesuffix("/v1")
+    scraped = httpx.get(f"{origin}/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=30)
+    samples = parse_metrics(scraped.text)
+    for expr in exprs:
+        for name, matchers in SELECTOR.findall(expr):
+            assert samples.get(name), f"{name} (in {expr}) is not in /metrics"
+            labels = {label for s in samples[name] for label in s}
+            for label, _, _ in MATCHER.findall(matchers):
+                assert label in labels, (name, label)
+            for grouping in GROUPING.findall(expr):
+                for label in (x.strip() for x in grouping.split(",")):
+                    assert label in labels | {"instance"}, (expr, label)  # Prometheus adds instance
+
+
 def test_the_prometheus_example_scrapes_with_the_admin_key(server: LiveServer) -> None:
     config = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
     path = re.search(r"^\s*metrics_path:\s*(\S+)", config, re.M)

@@ -70,6 +70,19 @@ def test_openapi_declares_the_keys_each_route_takes(tmp_path: Path) -> None:
     assert TEST_KEY not in answer.text and ADMIN_KEY not in answer.text and str(tmp_path) not in answer.text
 
 
+def test_the_admin_key_the_authorize_dialog_offers_opens_the_document(tmp_path: Path) -> None:
+    with docs_app(tmp_path) as c:
+        admin = c.get("/openapi.json", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+        wrong = c.get("/openapi.json", headers={"Authorization": "Bearer sk-admin-docs-test-wrong"})
+        # The admin key opens the document only: the API routes still want an API key.
+        models = c.get("/v1/models", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    assert admin.status_code == 200 and "AdminKey" in admin.json()["components"]["securitySchemes"]
+    assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
+    assert models.status_code == 401
+    with TestClient(build_app(tmp_path / "off")) as c:  # no admin key configured: nothing to match
+        assert c.get("/openapi.json", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).status_code == 401
+
+
 def test_public_docs_opens_the_document_too(tmp_path: Path) -> None:
     with docs_app(tmp_path, public_docs=True) as c:
         assert c.get("/docs").status_code == 200

@@ -140,7 +140,7 @@ def test_same_seed_gives_identical_output(live_server: LiveServer) -> None:
     assert all(r == results[0] for r in results), results
 
 
-def test_models_report_the_engine_context_window(live_server: LiveServer) -> None:
+def test_models_report_the_engine_context_window_and_prompt_cap(live_server: LiveServer) -> None:
     async def main() -> tuple[list[Any], Any]:
         async with sdk(live_server) as client:
             listed = [m async for m in client.models.list()]
@@ -150,7 +150,10 @@ def test_models_report_the_engine_context_window(live_server: LiveServer) -> Non
     assert listed
     for model in listed:
         assert (model.model_extra or {})["context_length"] == 16384  # conftest's --ctx-size
+        # The default max_prompt_tokens: far below the window, so a client must be told it.
+        assert (model.model_extra or {})["max_prompt_tokens"] == 8192
     assert (one.model_extra or {})["context_length"] == 16384
+    assert (one.model_extra or {})["max_prompt_tokens"] == 8192
 
 
 def test_prompt_too_long_names_the_field_used(live_server: LiveServer) -> None:

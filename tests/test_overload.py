@@ -22,9 +22,9 @@ import uvicorn
 
 from kimi_server.engines.scripted import Script, ScriptedEngine
 from kimi_server.gate.auth import KeyRing, development_key
+from kimi_server.gate.queues import server_totals
 from kimi_server.http.app import create_app
 from kimi_server.http.connections import uvicorn_options
-from kimi_server.http.overload import server_totals
 from kimi_server.policy.catalogue import CATALOGUE
 from kimi_server.settings import Settings
 from tests.conftest import ScriptedApp, scripted_engines
@@ -343,7 +343,7 @@ def test_a_key_sees_only_its_own_figures_and_operators_get_the_totals(tmp_path: 
         assert c.get(f"{url}/v1/engine/stats", headers=auth(B)).json()["data"][0] == theirs
         cache = c.get(f"{url}/v1/cache/stats", headers=auth(A)).json()
         assert "server" not in cache
-        totals = server_totals(app)
+        totals = server_totals(app.state.kimi.queues)
         assert totals[0]["queue_admitted"] == 3
         assert totals[0]["queue_slots"] == Settings().parallel
 

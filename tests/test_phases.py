@@ -16,6 +16,7 @@ from kimi_server.engines.llamacpp.phases import (
     answer_turn,
     prompted_generation,
 )
+from kimi_server.engines.llamacpp.repetition import RepetitionLimits
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import CHATML, ChatTemplate
 from kimi_server.engines.types import (
@@ -145,6 +146,43 @@ def test_under_a_grammar_the_answer_has_the_chosen_attempt_as_its_draft() -> Non
     finish = events[-1]
     assert isinstance(finish, Finish)
     assert finish.usage.reasoning_tokens == 12 and finish.usage.completion_tokens == 14
+
+
+class LoopingReasoner(FakeLlama):
+    """Loops on one token while reasoning (no grammar); answers normally under a grammar."""
+
+    def handle_completions(self, body: dict[str, Any], callback: Any = None) -> None:
+        if "grammar" in body:
+            return super().handle_completions(body, callback)
+        self.calls.append(body)
+        for _ in range(body["n_predict"]):
+            if callback({"choices": [{"text": "x ", "finish_reason": None}], "timings": {"predicted_n": 1}}):
+                return
+        raise AssertionError("the repetition guard never cut the loop")
+
+
+def test_looping_reasoning_ends_the_reasoning_but_the_constrained_answer_still_comes() -> None:
+    llama = LoopingReasoner(natural_stop=2)
+
+    async def main() -> list[EngineEvent]:
+        runner = CompletionRunner(llama)
+        req = json_request(floor=40, cap=200, max_out=400)
+        loops = RepetitionLimits(max_ngram=4, min_repeats=4, min_tokens=10)
+        ctx = PhaseContext(
+            runner, req, get_reasoning_format("prompted"), {}, answer_prompt=answer_prompt, repetition=loops
+        )
+        plan = plan_answer(req, syntax_for_template(CHATML))
+        return [e async for e in prompted_generation(ctx, "PROMPT", plan)]
+
+    events = asyncio.run(main())
+    # One attempt, cut by the guard: no more attempts after it (they would loop as well) ...
+    reasoning_calls = [c for c in llama.calls if "grammar" not in c]
+    assert len(reasoning_calls) == 1
+    # ... and the answer under the grammar still comes, where it used to end the request.
+    assert "grammar" in llama.calls[-1]
+    assert "".join(e.text for e in events if isinstance(e, ContentDelta))
+    finish = events[-1]
+    assert isinstance(finish, Finish) and finish.usage.reasoning_tokens < 200
 
 
 def test_seeded_attempts_each_get_their_own_seed() -> None:

@@ -174,6 +174,17 @@ def test_kimi_k3_rejects_cache_options_and_bills_writes_as_input(live_server: Li
     assert second["write"] == 0
 
 
+def test_a_prefix_written_under_one_model_id_is_not_read_under_another(live_server: LiveServer) -> None:
+    """One engine serves every id here; each id still keeps (and bills) its own cache."""
+    messages = conversation()
+    written, _ = ask(live_server, messages)
+    assert written["write"] == written["prompt"] > 0
+    other, _ = ask(live_server, messages, model=K3)
+    assert other["cached"] == 0
+    again, _ = ask(live_server, messages, model=K3)
+    assert fully_cached(again)
+
+
 def test_stats_endpoint_needs_a_key_and_shows_only_the_callers_namespace(
     live_server: LiveServer,
 ) -> None:

@@ -74,6 +74,27 @@ def test_other_namespace_never_reuses_and_takes_a_fresh_holder() -> None:
     assert other.holder != first.holder  # A's entry survives on its own holder
 
 
+def test_another_model_id_never_reuses_the_same_keys_prefix() -> None:
+    """One engine may serve several model ids; a prefix written under one is never a cache read
+    (billed at that id's cached price) under another, and each id keeps its own entry."""
+    cache = ledger(Clock())
+    pro = cache.try_acquire(A, SYSTEM + "Q1", 300, model="kimi-k3.1-pro")
+    assert pro is not None and not pro.reuse
+    cache.commit(pro, SYSTEM + "Q1", 100, prompt_tokens=100, cached_tokens=0)
+    k3 = cache.try_acquire(A, SYSTEM + "Q1", 300, model="kimi-k3")
+    assert k3 is not None and not k3.reuse and k3.holder != pro.holder
+    cache.commit(k3, SYSTEM + "Q1", 100, prompt_tokens=100, cached_tokens=0)
+    again = cache.try_acquire(A, SYSTEM + "Q1", 300, model="kimi-k3")
+    assert again is not None and again.reuse and again.holder == k3.holder
+    # With one holder, the other id's entry is overwritten from scratch, never lent.
+    single = ledger(Clock(), holders=1, max_active=1)
+    first = single.try_acquire(A, SYSTEM + "Q1", 300, model="kimi-k3.1-pro")
+    assert first is not None
+    single.commit(first, SYSTEM + "Q1", 100, prompt_tokens=100, cached_tokens=0)
+    other = single.try_acquire(A, SYSTEM + "Q2", 300, model="kimi-k3")
+    assert other is not None and other.holder == first.holder and not other.reuse
+
+
 def test_other_namespace_evicts_lru_but_still_recomputes() -> None:
     clock = Clock()
     cache = ledger(clock)

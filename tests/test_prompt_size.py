@@ -30,6 +30,9 @@ class CountingEngine(ScriptedEngine):
     def prompt_token_limit(self) -> int | None:
         return self.bound
 
+    def counts_exactly(self) -> bool:
+        return False
+
 
 @pytest.fixture
 def engine() -> CountingEngine:

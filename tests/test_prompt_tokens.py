@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,8 @@ import pytest
 
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
 from kimi_server.engines.llamacpp.phases import PhaseContext
-from kimi_server.engines.llamacpp.prefill import prefill_in_turns, turns_to_run
-from kimi_server.engines.llamacpp.runner import CompletionRunner
+from kimi_server.engines.llamacpp.prefill import Pace, Sharing, next_cut, prefill_in_turns, turns_to_run
+from kimi_server.engines.llamacpp.runner import CompletionResult, CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
 from kimi_server.engines.llamacpp.tokenizer import ByteBound, ByteLevelBPE, load_prompt_tokenizer
 from kimi_server.engines.types import GenerationRequest, Message, ReasoningBudget, ToolCallRecord, ToolSpec
@@ -149,10 +150,14 @@ class TurnLlama:
         cached = min(self.slot, len(prompt) - 1) if body["cache_prompt"] else 0
         self.slot = len(prompt)
         usage = {"prompt_tokens": len(prompt), "completion_tokens": 1}
-        callback({"choices": [{"text": "", "finish_reason": "length"}], "usage": usage, "timings": {"cache_n": cached}})
+        # 10 ms a token, as llama.cpp's timings would say.
+        timings = {"cache_n": cached, "prompt_ms": 10.0 * (len(prompt) - cached)}
+        callback({"choices": [{"text": "", "finish_reason": "length"}], "usage": usage, "timings": timings})
 
 
-def _turns(held: int, *, shared: bool, cached_text: str | None = None) -> tuple[list[int], int | None]:
+def _turns(
+    held: int, *, shared: bool, cached_text: str | None = None, pace: Pace | None = None
+) -> tuple[list[int], int | None]:
     prompt = "x" * 100
     llama = TurnLlama(held)
     gen = GenerationRequest("kimi-k3.1-pro", (Message("user", prompt),), "low", ReasoningBudget(1, 2), 4)
@@ -160,7 +165,7 @@ def _turns(held: int, *, shared: bool, cached_text: str | None = None) -> tuple[
     async def run() -> int | None:
         ctx = PhaseContext(CompletionRunner(llama), gen, get_reasoning_format("prompted"), {}, slot=0)
         cuts = turns_to_run(list(range(10, 100, 10)), prompt, cached_text)
-        return await prefill_in_turns(ctx, prompt, cuts, stride=4, shared=lambda: shared)
+        return await prefill_in_turns(ctx, prompt, cuts, stride=4, shared=lambda: shared, pace=pace)
 
     held_before = asyncio.run(run())
     return [len(p) for p in llama.prompts], held_before
@@ -169,6 +174,48 @@ def _turns(held: int, *, shared: bool, cached_text: str | None = None) -> tuple[
 def test_turns_are_short_while_others_run_and_long_alone() -> None:
     assert _turns(0, shared=True) == ([10, 20, 30, 40, 50, 60, 70, 80, 90], 0)
     assert _turns(0, shared=False) == ([40, 80], 0)  # the last 20 are left to the request's call
+
+
+def test_a_prompt_behind_its_pace_reads_longer_turns_beside_others() -> None:
+    # Started 3 s ago at 10 ms a token with slowdown 3: 100 tokens were due, so after one short
+    # turn (which measures the speed) the turns are long ones until the prompt is read.
+    late = Pace(slowdown=3, turn=10, started=time.monotonic() - 3)
+    assert _turns(0, shared=True, pace=late) == ([10, 50, 90], 0)
+    # On time (just started), the turns stay short.
+    assert _turns(0, shared=True, pace=Pace(slowdown=3, turn=10))[0][:3] == [10, 20, 30]
+
+
+def test_the_pace_is_the_cheapest_turn_slowed_down() -> None:
+    pace = Pace(slowdown=3, turn=8, started=100.0)
+    assert pace.cuts_due(now=200.0) == 0  # nothing measured: no pace yet
+    pace.observe(
+        CompletionResult("", "length", prompt_tokens=108, cached_tokens=100, completion_tokens=0, prompt_ms=160)
+    )
+    pace.observe(
+        CompletionResult("", "length", prompt_tokens=116, cached_tokens=108, completion_tokens=0, prompt_ms=80)
+    )
+    pace.observe(CompletionResult("", "length", prompt_tokens=9, cached_tokens=9, completion_tokens=0, prompt_ms=5))
+    assert pace.seconds_per_token == 0.01  # the cheaper turn; a turn that computed nothing is no figure
+    # 2.4 s at 30 ms a token (10 ms, 3x slower) is 80 tokens: ten 8-token turns.
+    assert pace.cuts_due(now=102.4) == 10
+    # Twelve turns read by then is two turns (0.48 s) ahead of the pace; ten is none.
+    assert round(pace.ahead(12, now=102.4), 6) == 0.48 and pace.ahead(10, now=102.4) == 0
+    # Alone: a long turn; beside others: one cut, or as many as catch up, at most a long turn.
+    assert next_cut(3, shared=False, stride=8, due=0) == 11
+    assert next_cut(3, shared=True, stride=8, due=2) == 4
+    assert next_cut(3, shared=True, stride=8, due=7) == 6
+    assert next_cut(3, shared=True, stride=8, due=40) == 11
+
+
+def test_others_count_as_busy_for_a_moment_after_they_were_last_seen() -> None:
+    # A key streaming request after request frees the engine only between two requests.
+    seen = [False, True, False, False]
+    busy = Sharing(lambda: seen.pop(0), grace=0.2)
+    assert busy() is False  # never seen: alone
+    assert busy() is True
+    assert busy() is True  # gone a moment: still busy
+    time.sleep(0.25)
+    assert busy() is False
 
 
 def test_turns_skip_what_the_cache_holds_and_report_the_real_hit() -> None:

@@ -75,12 +75,16 @@ def test_a_cut_call_reports_the_tokens_it_made() -> None:
     items = run_call(ChunkServer(["a", "b"] + ["x"] * 50, {}), guard.looping)
     *pieces, result = items
     assert len(pieces) == 12 and isinstance(result, CompletionResult)
-    assert (result.finish_reason, result.cut, result.completion_tokens) == ("length", True, 12)
+    assert (result.finish_reason, result.cut, result.looped, result.completion_tokens) == ("length", True, True, 12)
     assert (result.prompt_tokens, result.cached_tokens) == (10, 3)
     # The shared KV cache running out part-way: the tokens made are still counted.
     full = {"error": {"message": "Context size has been exceeded."}}
     *pieces, result = run_call(ChunkServer(["w"] * 9, full))
-    assert isinstance(result, CompletionResult) and (result.completion_tokens, result.cut) == (9, True)
+    assert isinstance(result, CompletionResult) and (result.completion_tokens, result.cut, result.looped) == (
+        9,
+        True,
+        False,
+    )
 
 
 LOOP_PROMPT = "Write 1 on each line forever.\n" + "1\n" * 60  # SmolLM2 copies the pattern on
@@ -114,14 +118,16 @@ def test_a_looping_answer_ends_with_length_far_below_its_cap(fresh_server: LiveS
     )
     content: list[str] = []
     reasons: list[str] = []
+    said: list[str] = []
     usage = None
     for chunk in stream:
         for choice in chunk.choices:
             content.append(choice.delta.content or "")
             if choice.finish_reason:
                 reasons.append(choice.finish_reason)
+                said.append((choice.model_extra or {}).get("stopped_by", ""))
         usage = chunk.usage or usage
     text = "".join(content)
-    assert reasons == ["length"]
+    assert reasons == ["length"] and said == ["repetition_guard"]  # the guard's, not the cap's
     assert usage is not None and usage.completion_tokens < CAP - 100, usage
     assert len(set(text[-80:])) <= 3, text[-80:]  # it did end inside the loop

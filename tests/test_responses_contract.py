@@ -14,10 +14,10 @@ from fastapi.testclient import TestClient
 from kimi_server.engines.scripted import Script, ScriptedEngine
 from kimi_server.engines.types import ToolCallDelta
 from kimi_server.http.responses_router import responses_sse
-from kimi_server.http.sse import prime
 from kimi_server.policy.catalogue import CATALOGUE
 from kimi_server.protocol.responses import ResponsesRequest
 from kimi_server.serving import responses
+from kimi_server.serving.primed import prime
 from kimi_server.serving.responses_request import build_responses_request
 from kimi_server.serving.sealing import Sealer, load_or_create_key
 from kimi_server.settings import Settings

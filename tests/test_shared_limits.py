@@ -32,7 +32,7 @@ def test_a_hold_taken_in_one_worker_is_settled_in_another(tmp_path: Path) -> Non
         a, b = MappedLimiter(tmp_path / "l.map"), MappedLimiter(tmp_path / "l.map")
         limits = Limits(budget_nanos=100)
         assert (await a.reserve("key", limits, 0, 100)).admitted  # holds the whole budget
-        assert (await b.reserve("key", limits, 0, 1)).reason == "quota"
+        assert (await b.reserve("key", limits, 0, 1)).reason == "held"  # held by a request in flight, not spent
         await b.settle("key", limits, 0, 100, 40)  # spent 40 of the hold
         assert (await a.reserve("key", limits, 0, 10)).admitted
         await a.close()

@@ -105,3 +105,29 @@ def test_chat_event_stream_is_the_chunk_stream_framed_byte_for_byte(monkeypatch:
             fused = asyncio.run(_collect(chat_event_sse(_source(events, fail), "kimi-k3", include_usage=include_usage)))
             assert fused == general
             assert b'"content":"Hello' in fused and fused.endswith(b"data: [DONE]\n\n")
+
+
+def test_messages_framer_is_event_frame_byte_for_byte() -> None:
+    from kimi_server.http.sse import MessagesFramer, event_frame
+
+    framer = MessagesFramer()
+    texts = ["plain", 'quote " and \\ back', "line\nbreak", "é 漢字 🙂", "\u2028\x00", ""]
+    for index in (0, 3, 12):
+        for kind, field in (("text_delta", "text"), ("thinking_delta", "thinking")):
+            for text in texts:
+                delta: dict[str, Any] = {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": kind, field: text},
+                }
+                assert framer.frame("content_block_delta", delta) == event_frame("content_block_delta", delta)
+    # Every other event is framed whole, the same way.
+    others: list[tuple[str, dict[str, Any]]] = [
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "s"}},
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    for name, data in others:
+        assert framer.frame(name, data) == event_frame(name, data)

@@ -303,3 +303,80 @@ def test_a_schema_the_compiler_rejects_is_a_400_before_streaming(sdk: openai.Ope
         body = info.value.body
         assert isinstance(body, dict) and body.get("code") == "invalid_schema", body
         assert body.get("param") == "response_format", body
+
+
+# An answer this schema allows cannot fit in a few tokens: every answer below is cut.
+LONG: Schema = {
+    "type": "object",
+    "properties": {
+        "story": {"type": "string", "minLength": 120, "maxLength": 400},
+        "scores": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 8},
+        "done": {"type": "boolean"},
+        "level": {"enum": ["low", "high"]},
+    },
+    "required": ["story", "scores", "done", "level"],
+    "additionalProperties": False,
+}
+CUT_CAPS = (10, 16, 24)  # max_completion_tokens far below what any answer needs
+
+
+def cut_request(kind: str, cap: int) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        **COMMON,
+        "max_completion_tokens": cap,
+        "messages": [{"role": "user", "content": "Write a long story, then score it."}],
+    }
+    if kind == "answer":
+        fmt = {"name": "story", "strict": True, "schema": LONG}
+        kwargs["response_format"] = {"type": "json_schema", "json_schema": fmt}
+    elif kind == "json_object":
+        kwargs["response_format"] = {"type": "json_object"}
+    else:
+        tool = {"type": "function", "function": {"name": "save_story", "strict": True, "parameters": LONG}}
+        kwargs.update(tools=[tool], tool_choice="required")
+    return kwargs
+
+
+def cut_answer(sdk: openai.OpenAI, kind: str, cap: int, stream: bool, **extra: Any) -> tuple[str, str, list[str]]:
+    """(the answer's JSON text, finish_reason, the names of the calls) of one request."""
+    kwargs = {**cut_request(kind, cap), **extra}
+    if not stream:
+        r = sdk.chat.completions.create(**kwargs)
+        calls = r.choices[0].message.tool_calls or []
+        text = calls[0].function.arguments if calls else r.choices[0].message.content
+        return text or "", str(r.choices[0].finish_reason), [c.function.name for c in calls]
+    text, finish, names = "", "", []
+    for chunk in sdk.chat.completions.create(**kwargs, stream=True):
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            for call in choice.delta.tool_calls or ():
+                names += [call.function.name] if call.function and call.function.name else []
+                text += (call.function.arguments or "") if call.function else ""
+            finish = choice.finish_reason or finish
+    return text, finish, names
+
+
+@pytest.mark.parametrize("kind", ["answer", "call"])
+def test_a_strict_answer_cut_by_the_cap_is_closed_to_a_valid_value(sdk: openai.OpenAI, kind: str) -> None:
+    runs = [(cap, stream) for cap in CUT_CAPS for stream in (False, True)]
+    with ThreadPoolExecutor(len(runs)) as pool:
+        outcomes = list(pool.map(lambda run: cut_answer(sdk, kind, *run), runs))
+    for (cap, stream), (text, finish, names) in zip(runs, outcomes, strict=True):
+        where = f"cap {cap}, {'streamed' if stream else 'whole'}: {text!r}"
+        assert finish == "length", where
+        assert names == (["save_story"] if kind == "call" else []), where
+        assert check(LONG, Outcome(0, text, finish)) is None, where
+
+
+def test_a_json_object_answer_cut_by_the_cap_is_closed_to_an_object(sdk: openai.OpenAI) -> None:
+    text, finish, _ = cut_answer(sdk, "json_object", 10, False, seed=5)
+    assert finish == "length"
+    assert isinstance(json.loads(text), dict), text
+
+
+@pytest.mark.parametrize("kind", ["answer", "call"])
+def test_a_cut_answer_streams_what_it_returns_whole(sdk: openai.OpenAI, kind: str) -> None:
+    # With a seed every call computes its whole prompt, so calls one after another sample alike.
+    whole = cut_answer(sdk, kind, 16, False, seed=77)
+    streamed = cut_answer(sdk, kind, 16, True, seed=77)
+    assert whole == streamed and whole[1] == "length"

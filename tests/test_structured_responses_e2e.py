@@ -12,8 +12,8 @@ import openai
 import pytest
 
 from tests.conftest import LiveServer
-from tests.schema_corpus import Outcome, Schema, run_corpus
-from tests.test_structured_e2e import CORPUS, SCHEMAS, Person
+from tests.schema_corpus import Outcome, Schema, check, run_corpus
+from tests.test_structured_e2e import CORPUS, LONG, SCHEMAS, Person
 
 pytestmark = pytest.mark.e2e
 
@@ -70,3 +70,12 @@ def test_corpus_through_responses_always_validates(sdk: openai.OpenAI) -> None:
 def test_responses_parse_returns_a_parsed_object(sdk: openai.OpenAI) -> None:
     r = sdk.responses.parse(**COMMON, input="Invent a programmer.", text_format=Person)
     assert isinstance(r.output_parsed, Person), r.output_text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_strict_answer_cut_by_the_cap_is_incomplete_but_valid(sdk: openai.OpenAI, stream: bool) -> None:
+    fmt = {"type": "json_schema", "name": "story", "strict": True, "schema": LONG}
+    kwargs = {**COMMON, "max_output_tokens": 16}
+    r = final_response(sdk, stream, **kwargs, input="Write a long story, then score it.", text={"format": fmt})
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert check(LONG, Outcome(0, r.output_text, r.status)) is None, r.output_text

@@ -171,8 +171,10 @@ def test_responses_invalid_declarations(
 
 
 def test_request_tools_follow_the_same_name_rule(client: TestClient) -> None:
+    """Each endpoint names the field where its tools keep the name: nested in chat, flat in
+    Responses."""
     body = {"model": MODEL, "messages": [USER], "tools": [fn("2fast")]}
-    refused(client.post(CHAT, json=body), "tools[0].name")
+    refused(client.post(CHAT, json=body), "tools[0].function.name")
     body = {"model": MODEL, "input": "Hi", "tools": [flat("2fast")]}
     refused(client.post(RESPONSES, json=body), "tools[0].name")
 

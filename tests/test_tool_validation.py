@@ -50,26 +50,26 @@ def nest(depth: int) -> dict[str, Any]:
 
 
 BAD_TOOLS: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
-    ("duplicate", {"tools": [fn(), fn()]}, "tools[1].name", ("Duplicate",)),
-    ("bad name", {"tools": [fn("get weather!")]}, "tools[0].name", ()),
-    ("long name", {"tools": [fn("x" * 65)]}, "tools[0].name", ()),
-    ("array params", {"tools": [fn(parameters={"type": "array"})]}, "tools[0].parameters.type", ("object",)),
+    ("duplicate", {"tools": [fn(), fn()]}, "tools[1].function.name", ("Duplicate",)),
+    ("bad name", {"tools": [fn("get weather!")]}, "tools[0].function.name", ()),
+    ("long name", {"tools": [fn("x" * 65)]}, "tools[0].function.name", ()),
+    ("array params", {"tools": [fn(parameters={"type": "array"})]}, "tools[0].function.parameters.type", ("object",)),
     (
         "unknown type",
         {"tools": [fn(parameters={"type": "object", "properties": {"a": {"type": "strng"}}})]},
-        "tools[0].parameters.properties.a.type",
+        "tools[0].function.parameters.properties.a.type",
         ("strng",),
     ),
     (
         "bad ref",
         {"tools": [fn(parameters={"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}})]},
-        "tools[0].parameters.properties.a.$ref",
+        "tools[0].function.parameters.properties.a.$ref",
         ("resolve",),
     ),
     (
         "remote ref",
         {"tools": [fn(parameters={"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}})]},
-        "tools[0].parameters.properties.a.$ref",
+        "tools[0].function.parameters.properties.a.$ref",
         ("local",),
     ),
     (
@@ -82,7 +82,7 @@ BAD_TOOLS: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
                 )
             ]
         },
-        "tools[0].parameters.properties.a.multipleOf",
+        "tools[0].function.parameters.properties.a.multipleOf",
         ("strict",),
     ),
     ("non-bool strict", {"tools": [fn(strict="yes")]}, "tools[0].function.strict", ()),
@@ -97,7 +97,7 @@ BAD_TOOLS: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
     (
         "too deep",
         {"tools": [fn(parameters=nest(MAX_DEPTH + 2))]},
-        "tools[0].parameters" + ".properties.x" * (MAX_DEPTH + 1),
+        "tools[0].function.parameters" + ".properties.x" * (MAX_DEPTH + 1),
         ("deep",),
     ),
     (
@@ -107,7 +107,7 @@ BAD_TOOLS: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
                 fn(parameters={"type": "object", "properties": {"a": {"type": "array", "maxItems": MAX_COUNT + 1}}})
             ]
         },
-        "tools[0].parameters.properties.a.maxItems",
+        "tools[0].function.parameters.properties.a.maxItems",
         (str(MAX_COUNT),),
     ),
     (
@@ -122,19 +122,19 @@ BAD_TOOLS: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
                 )
             ]
         },
-        "tools[0].parameters",
+        "tools[0].function.parameters",
         (str(MAX_SCHEMA_BYTES),),
     ),
     (
         "lookaround",
         {"tools": [fn(parameters={"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)b"}}})]},
-        "tools[0].parameters.properties.a.pattern",
+        "tools[0].function.parameters.properties.a.pattern",
         ("lookaround",),
     ),
     (
         "bad regex",
         {"tools": [fn(parameters={"type": "object", "properties": {"a": {"type": "string", "pattern": "(("}}})]},
-        "tools[0].parameters.properties.a.pattern",
+        "tools[0].function.parameters.properties.a.pattern",
         ("compile",),
     ),
 ]
@@ -194,7 +194,7 @@ def test_bad_input_is_a_400_naming_the_field(
 
 def test_bad_input_is_a_400_when_streaming_too(client: TestClient) -> None:
     resp = post(client, stream=True, tools=[fn(), fn()])
-    assert_400(resp, "tools[1].name")
+    assert_400(resp, "tools[1].function.name")
 
 
 def test_non_strict_schema_may_carry_unenforced_keywords(client: TestClient, engine: ScriptedEngine) -> None:

@@ -49,6 +49,20 @@ def test_connection_refused_asks_whether_the_server_runs() -> None:
     assert "ConnectError" not in said
 
 
+def test_a_base_url_without_a_scheme_is_named_not_blamed_on_the_server() -> None:
+    port = _free_port()
+    code, said = check("--upstream", f"127.0.0.1:{port}", "--upstream-model", "m")
+    assert code == 2, said
+    assert f"--upstream = '127.0.0.1:{port}': " in said and "needs http:// or https://" in said, said
+    assert f"e.g. http://127.0.0.1:{port}/v1" in said and "is the server running" not in said
+    # The same check holds for a route's upstreams in the file, and for serve.
+    from kimi_server.settings import UpstreamConfig
+
+    with pytest.raises(ValueError, match="needs http:// or https://"):
+        UpstreamConfig(base_url="localhost:8000/v1")
+    assert UpstreamConfig(base_url="https://api.example.com/v1").base_url == "https://api.example.com/v1"
+
+
 def test_a_model_the_upstream_does_not_serve_fails_naming_what_it_serves() -> None:
     with FakeUpstream(unused, routes={"/v1/models": serving(*SERVED)}) as up:
         code, said = check("--upstream", up.url, "--upstream-model", "kimi-k3")
@@ -111,3 +125,51 @@ def test_a_base_url_without_v1_is_named() -> None:
         root = up.url.removesuffix("/v1")
         code, said = check("--upstream", root, "--upstream-model", "m")
     assert code == 1 and "answered 404: the base URL should end in /v1" in said, said
+
+
+def test_the_check_says_how_each_dialect_keeps_forced_calls() -> None:
+    with FakeUpstream(unused, routes={"/v1/models": serving("m")}) as up:
+        code, said = check("--upstream", up.url, "--upstream-model", "m")
+        assert code == 0 and "forced calls native (checked; a miss is asked again as JSON)" in said, said
+        code, said = check("--upstream", up.url, "--upstream-model", "m", "--upstream-dialect", "llamacpp")
+        assert code == 0 and "forced calls as JSON Schema answers" in said, said
+        result = CliRunner().invoke(
+            app, ["upstreams", "check", "--upstream", up.url, "--upstream-model", "m", "--json"]
+        )
+    [report] = json.loads(result.output)
+    assert (report["forced_tool_calls"], report["transport"]) == ("native", "wire")
+    assert "required_call" not in report  # no call unless asked for
+
+
+def answering(with_call: bool) -> Any:
+    async def answer(body: dict[str, Any], c: Conn) -> None:
+        message: dict[str, Any] = {"role": "assistant", "content": "4"}
+        if with_call:
+            fn = {"name": body["tools"][0]["function"]["name"], "arguments": '{"answer": "4"}'}
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": fn}],
+            }
+        await c.json(200, {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+
+    return answer
+
+
+@pytest.mark.parametrize(("with_call", "outcome"), [(True, "honoured"), (False, "ignored")])
+def test_probe_calls_asks_for_one_required_call(with_call: bool, outcome: str) -> None:
+    with FakeUpstream(answering(with_call), routes={"/v1/models": serving("m")}) as up:
+        code, said = check("--upstream", up.url, "--upstream-model", "m", "--probe-calls")
+        result = CliRunner().invoke(
+            app, ["upstreams", "check", "--upstream", up.url, "--upstream-model", "m", "--probe-calls", "--json"]
+        )
+    assert code == 0, said  # text is not a failure: kimi-server asks again
+    [report] = json.loads(result.output)
+    assert report["required_call"] == outcome
+    probe = up.bodies[0]
+    assert probe["tool_choice"] == "required" and probe["max_completion_tokens"] <= 96 and probe["stream"] is False
+    if outcome == "ignored":
+        assert "answered a required call with text: each forced call costs two" in said, said
+        assert 'capabilities.forced_tool_calls = "json_schema"' in said, said
+    else:
+        assert "the upstream kept a required call itself" in said, said

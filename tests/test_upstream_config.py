@@ -63,6 +63,21 @@ def test_upstream_flag_serves_every_id_without_the_embedded_model(tmp_path: Path
     assert all(isinstance(e, UpstreamEngine) for e in engines.unique())
 
 
+def test_the_transport_is_chosen_once_from_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    base = {"upstream": "http://127.0.0.1:8/v1", "model": "no-such-model", "auto_pull": False, "data_dir": tmp_path}
+    for env, expected in ((None, "wire"), ("httpx", "httpx")):
+        if env is not None:
+            monkeypatch.setenv("KIMI_UPSTREAM_TRANSPORT", env)
+        engine = build_engines(load_settings(None, **base)).for_model("kimi-k3")
+        assert isinstance(engine, UpstreamEngine)
+        assert [up.transport.name for up in engine.upstreams] == [expected]
+    monkeypatch.setenv("KIMI_UPSTREAM_TRANSPORT", "curl")
+    with pytest.raises(ValueError, match="KIMI_UPSTREAM_TRANSPORT"):
+        load_settings(None, **base)
+
+
 def test_bad_routes_are_refused() -> None:
     with pytest.raises(ValidationError, match="needs at least one"):
         ModelRoute(engine="upstream")

@@ -49,6 +49,21 @@ async def json_answer(body: dict[str, Any], c: Conn) -> None:
     await c.done()
 
 
+async def native_call(body: dict[str, Any], c: Conn) -> None:
+    """vLLM under a forced choice: the call as tool-call deltas, of the function named if one is."""
+    choice = body.get("tool_choice")
+    name = choice["function"]["name"] if isinstance(choice, dict) else "get_weather"
+    args = '{"city": "Paris", "days": 2}' if name == "get_weather" else "{}"
+    await c.head()
+    await c.event(chunk({"reasoning_content": "A call it is."}))
+    call = {"index": 0, "id": "call_up1", "type": "function", "function": {"name": name, "arguments": ""}}
+    await c.event(chunk({"tool_calls": [call]}))
+    await c.event(chunk({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}))
+    await c.event(chunk({}, "tool_calls"))
+    await c.event({**chunk({}), "choices": [], "usage": USAGE})
+    await c.done()
+
+
 async def prose(body: dict[str, Any], c: Conn) -> None:
     """An upstream that ignored the format and wrote text."""
     await c.head()
@@ -63,7 +78,7 @@ def upstream_call(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("dialect", ["vllm", "sglang", "moonshot", "openai"])
 def test_native_dialects_get_the_choice_as_is(tmp_path: Path, dialect: str) -> None:
-    with FakeUpstream(json_answer) as up, front(tmp_path, config(up.url, dialect=dialect)) as f:
+    with FakeUpstream(native_call) as up, front(tmp_path, config(up.url, dialect=dialect)) as f:
         f.sdk.chat.completions.create(model="kimi-k3.1-pro", messages=ASK, tools=TOOLS, tool_choice="required")
         named: Any = {"type": "function", "function": {"name": "get_time"}}
         f.sdk.chat.completions.create(model="kimi-k3.1-pro", messages=ASK, tools=TOOLS, tool_choice=named)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -57,16 +58,28 @@ CAP = 160
 
 
 @pytest.fixture(scope="module")
-def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    tmp = tmp_path_factory.mktemp("forced-calls")
-    with llamacpp_server(tmp) as upstream:
-        proc, server = start_server(
-            tmp, "--upstream", upstream, "--upstream-dialect", "llamacpp", "--model", "no-such-model"
-        )
-        try:
-            yield server
-        finally:
-            stop_server(proc)
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with llamacpp_server(tmp_path_factory.mktemp("llamacpp")) as url:
+        yield url
+
+
+def serve(tmp: Path, upstream: str, dialect: str) -> Iterator[LiveServer]:
+    proc, server = start_server(tmp, "--upstream", upstream, "--upstream-dialect", dialect, "--model", "no-such-model")
+    try:
+        yield server
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Iterator[LiveServer]:
+    yield from serve(tmp_path_factory.mktemp("forced-calls"), upstream, "llamacpp")
+
+
+@pytest.fixture(scope="module")
+def openai_front(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Iterator[LiveServer]:
+    """The default dialect, which passes tool_choice as given and trusts nothing it gets back."""
+    yield from serve(tmp_path_factory.mktemp("forced-calls-openai"), upstream, "openai")
 
 
 def sdk(server: LiveServer) -> openai.OpenAI:
@@ -139,6 +152,35 @@ def test_forced_call_in_responses(front: LiveServer) -> None:
     [call] = [item for item in resp.output if item.type == "function_call"]
     assert call.name == "get_time"
     valid_call(call.name, call.arguments)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("choice", ["required", NAMED], ids=["required", "named"])
+def test_forced_call_through_the_openai_dialect_ends_in_a_call(
+    openai_front: LiveServer, choice: Any, stream: bool
+) -> None:
+    """llama.cpp's server is sent tool_choice as is (it answers this model with text); the
+    client gets a valid call all the same."""
+    client = sdk(openai_front)
+    ask: Any = {"model": "kimi-k3.1-pro", "messages": ASK, "tools": TOOLS, "tool_choice": choice}
+    if stream:
+        chunks = list(client.chat.completions.create(**ask, max_completion_tokens=CAP, stream=True))
+        deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+        assert deltas and deltas[0].function is not None
+        name = deltas[0].function.name or ""
+        arguments = "".join(d.function.arguments or "" for d in deltas if d.function)
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert finishes == ["tool_calls"]
+        assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        out = client.chat.completions.create(**ask, max_completion_tokens=CAP).choices[0]
+        assert out.finish_reason == "tool_calls" and not out.message.content
+        [call] = out.message.tool_calls or []
+        assert call.type == "function"
+        name, arguments = call.function.name, call.function.arguments
+    valid_call(name, arguments)
+    if choice == NAMED:
+        assert name == "get_time"
 
 
 KIN: list[dict[str, Any]] = [

@@ -41,6 +41,28 @@ def test_upstream_retry_after_reaches_the_client_bounded(
         assert len(up.bodies) == 1
 
 
+def test_control_and_bidi_characters_in_upstream_errors_arrive_escaped(tmp_path: Path, caplog: Any) -> None:
+    """ESC sequences would recolour a terminal that prints the error; RLO and its kin would
+    reorder what follows them. They arrive as visible escapes, in the client's error and the log."""
+
+    async def hostile(body: dict[str, Any], c: Conn) -> None:
+        message = "bad \x1b[31mred\x1b[0m field\u202e txt.exe\u2066 \x07 line\nbreak: max_tokens too large"
+        await c.json(400, {"error": {"message": message}})
+
+    with FakeUpstream(hostile) as up, front(tmp_path, config(up.url)) as f:
+        r = f.http.post("/v1/chat/completions", json=BODY)
+    assert r.status_code == 400
+    message = r.json()["error"]["message"]
+    assert message.endswith(
+        "bad \\x1b[31mred\\x1b[0m field\\u202e txt.exe\\u2066 \\x07 line\\x0abreak: max_tokens too large"
+    )
+    logged = "\n".join(rec.getMessage() for rec in caplog.records if "upstream" in rec.name)
+    for text in (r.text, message, logged):
+        for raw in ("\x1b", "\u202e", "\u2066", "\x07"):
+            assert raw not in text
+    assert "\\u202e" in logged
+
+
 @pytest.mark.e2e
 def test_upstream_urls_hosts_and_paths_reach_neither_client_nor_log(tmp_path: Path) -> None:
     """Through the real server: the upstream's 400 names its own URL with a secret path, another

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -19,6 +20,10 @@ from tests.upstreams.fixtures import llamacpp_server
 pytestmark = pytest.mark.e2e
 
 PROMPT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
+MORE_TURNS: list[ChatCompletionMessageParam] = [
+    {"role": "assistant", "content": "Hello!"},
+    {"role": "user", "content": "Now in French, s'il te plaît: « bonjour » 🙂"},
+]
 WEATHER: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
@@ -82,6 +87,22 @@ def test_chat_plain_and_streamed(front: LiveServer) -> None:
     assert text
     assert finishes in (["stop"], ["length"])
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens <= 8
+
+
+def test_partial_mode_is_continued_by_llamacpps_own_prefill(front: LiveServer) -> None:
+    """The prefix leaves as a final assistant message, which llama.cpp's server continues; the
+    client hears only the continuation, streamed or not."""
+    prefix = "Hello! My name is"
+    messages: list[Any] = [*PROMPT, {"role": "assistant", "content": prefix, "partial": True}]
+    client = sdk(front)
+    resp = client.chat.completions.create(model="kimi-k3.1-pro", messages=messages, max_completion_tokens=12)
+    content = resp.choices[0].message.content or ""
+    assert content.strip() and not content.lstrip().startswith(prefix)
+    stream = client.chat.completions.create(
+        model="kimi-k3.1-pro", messages=messages, max_completion_tokens=12, stream=True
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text.strip() and not text.lstrip().startswith(prefix)
 
 
 def test_catalogue_rules_are_enforced_before_the_request_leaves(front: LiveServer) -> None:
@@ -157,3 +178,47 @@ def test_deep_health_reports_the_upstream(front: LiveServer) -> None:
     report = httpx.get(f"{root}/health?deep=1", headers={"Authorization": f"Bearer {front.key}"}).json()
     [up] = report["upstreams"]
     assert up["ok"] is True and up["state"] == "closed" and up["dialect"] == "llamacpp"
+
+
+def test_messages_door_through_the_upstream(front: LiveServer) -> None:
+    """The anthropic SDK against kimi-server in front of llama.cpp's server: create, a stream
+    rebuilt by the SDK, a forced tool call with its parsed input, errors in Anthropic's shape."""
+    client = anthropic.Anthropic(
+        base_url=front.base_url.removesuffix("/v1") + "/anthropic", api_key=front.key, max_retries=0, timeout=300
+    )
+    hello: Any = [{"role": "user", "content": "Say hello."}]
+    created = client.messages.create(model="kimi-k3.1-pro", max_tokens=16, messages=hello)
+    assert created.content[-1].type == "text" and created.stop_reason in ("end_turn", "max_tokens")
+    assert created.usage.input_tokens + (created.usage.cache_read_input_tokens or 0) > 0
+    with client.messages.stream(model="kimi-k3.1-pro", max_tokens=16, messages=hello) as stream:
+        rebuilt = stream.get_final_message()
+    assert rebuilt.content[-1].type == "text" and rebuilt.usage.output_tokens > 0
+    tool: Any = {
+        "name": "get_weather",
+        "description": "Weather for a city.",
+        "input_schema": WEATHER["function"]["parameters"],
+    }
+    called = client.messages.create(
+        model="kimi-k3.1-pro",
+        max_tokens=256,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[tool],
+        tool_choice={"type": "tool", "name": "get_weather"},
+    )
+    use = called.content[-1]
+    assert called.stop_reason == "tool_use" and use.type == "tool_use" and isinstance(use.input, dict)
+    with pytest.raises(anthropic.NotFoundError) as unknown:
+        client.messages.create(model="kimi-nope", max_tokens=8, messages=hello)
+    assert unknown.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+
+
+def test_token_estimates_are_the_upstreams_own_billed_counts(front: LiveServer) -> None:
+    """Through llama.cpp's server the estimate is its own tokenizer's count of the body the request
+    would send, so it equals the prompt_tokens the upstream reports and the request is billed."""
+    headers = {"Authorization": f"Bearer {front.key}"}
+    for extra in ({}, {"tools": [WEATHER]}):
+        body: dict[str, Any] = {"model": "kimi-k3.1-pro", "messages": [*PROMPT, *MORE_TURNS], **extra}
+        r = httpx.post(front.base_url + "/tokenizers/estimate-token-count", json=body, headers=headers, timeout=60)
+        assert r.status_code == 200, r.text
+        billed = sdk(front).chat.completions.create(**body, max_completion_tokens=4)
+        assert billed.usage is not None and r.json()["data"]["total_tokens"] == billed.usage.prompt_tokens

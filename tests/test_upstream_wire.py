@@ -25,14 +25,14 @@ from kimi_server.engines.types import ContentDelta, EngineEvent, Finish
 from kimi_server.engines.upstream.errors import GatewayTimeoutError, UpstreamStreamError, UpstreamUnavailableError
 from kimi_server.engines.upstream.normalise import Normaliser
 from kimi_server.engines.upstream.relay import Failure, Upstream
-from kimi_server.engines.upstream.wire import (
+from kimi_server.engines.upstream.transport import (
+    BrokenConnection,
     ConnectError,
     ConnectTimeout,
     PoolTimeout,
     ReadTimeout,
-    TransportError,
 )
-from kimi_server.engines.upstream.wire_pool import Pool, Timeouts, encode_body, request_head
+from kimi_server.engines.upstream.wire_pool import Pool, Timeouts, WireTransport, encode_body, request_head
 from kimi_server.settings import UpstreamConfig
 from tests.upstreams.fake import Conn, FakeUpstream, chunk
 
@@ -174,7 +174,7 @@ def test_a_new_connection_closed_before_an_answer_fails() -> None:
     async def run() -> None:
         async with Server(hang_up) as server:
             pool, head = pool_for(server)
-            with pytest.raises(TransportError):
+            with pytest.raises(BrokenConnection):
                 await fetch(pool, head)
             assert server.connections == 1  # not retried: it was never used before
             assert pool.count == 0
@@ -278,7 +278,7 @@ def test_a_truncated_body_is_a_transport_error() -> None:
     async def run() -> None:
         async with Server(answer) as server:
             pool, head = pool_for(server)
-            with pytest.raises(TransportError):
+            with pytest.raises(BrokenConnection):
                 await fetch(pool, head)
 
     asyncio.run(run())
@@ -514,14 +514,18 @@ def clear_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_proxied_upstream_keeps_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    def transport(url: str, **fields: Any) -> str:
+        return Upstream(UpstreamConfig(base_url=url, **fields)).transport.name
+
     clear_proxies(monkeypatch)
-    assert Upstream(UpstreamConfig(base_url="http://gpu.internal/v1")).pool is not None
+    assert transport("http://gpu.internal/v1") == "wire"
+    assert transport("http://gpu.internal/v1", transport="httpx") == "httpx"  # asked for
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
-    assert Upstream(UpstreamConfig(base_url="http://gpu.internal/v1")).pool is None
-    assert Upstream(UpstreamConfig(base_url="https://gpu.internal/v1")).pool is not None  # no HTTPS_PROXY
+    assert transport("http://gpu.internal/v1") == "httpx"
+    assert transport("https://gpu.internal/v1") == "wire"  # no HTTPS_PROXY
     monkeypatch.setenv("NO_PROXY", "gpu.internal")
-    assert Upstream(UpstreamConfig(base_url="http://gpu.internal/v1")).pool is not None
-    assert Upstream(UpstreamConfig(base_url="http://other.internal/v1")).pool is None
+    assert transport("http://gpu.internal/v1") == "wire"
+    assert transport("http://other.internal/v1") == "httpx"
 
 
 def sse(body: dict[str, Any], c: Conn) -> Awaitable[None]:
@@ -546,9 +550,8 @@ def test_an_attempt_relays_on_either_path(path: str, monkeypatch: pytest.MonkeyP
     with FakeUpstream(sse) as fake:
 
         async def run() -> list[EngineEvent]:
-            up = Upstream(UpstreamConfig(base_url=fake.url))
-            if path == "httpx":
-                up.pool = None  # as a proxy would have it
+            up = Upstream(UpstreamConfig(base_url=fake.url, transport="auto" if path == "wire" else "httpx"))
+            assert up.transport.name == path
             try:
                 return await relay(up)
             finally:
@@ -566,10 +569,10 @@ def test_an_attempt_relays_on_either_path(path: str, monkeypatch: pytest.MonkeyP
         (PoolTimeout(), GatewayTimeoutError, "The model's engine did not connect in time."),
         (ReadTimeout(), GatewayTimeoutError, "The model's engine did not respond in time."),
         (ConnectError(), UpstreamUnavailableError, "The model's engine is unreachable."),
-        (TransportError(), UpstreamStreamError, "The model's engine dropped the connection."),
+        (BrokenConnection(), UpstreamStreamError, "The model's engine dropped the connection."),
     ],
 )
-def test_wire_errors_become_the_failures_httpx_errors_did(
+def test_transport_errors_become_failures(
     error: Exception, kind: type, message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def run() -> None:
@@ -578,11 +581,57 @@ def test_wire_errors_become_the_failures_httpx_errors_did(
         async def broken(*_: object) -> Any:
             raise error
 
-        assert up.pool is not None
-        monkeypatch.setattr(up.pool, "acquire", broken)
+        assert isinstance(up.transport, WireTransport)
+        monkeypatch.setattr(up.transport.pool, "acquire", broken)
         with pytest.raises(Failure) as caught:
             await relay(up)
         assert type(caught.value.error) is kind
         assert caught.value.error.message == message
 
     asyncio.run(run())
+
+
+async def silent(body: dict[str, Any], c: Conn) -> None:
+    await c.head()
+    await asyncio.sleep(5)
+
+
+async def cut_short(body: dict[str, Any], c: Conn) -> None:
+    await c.head(200, "text/event-stream", Transfer_Encoding="chunked")
+    await c.raw(b"40\r\ndata: ")  # a chunk promised, then the connection reset
+    c.reset()
+
+
+@pytest.mark.parametrize("path", ["wire", "httpx"])
+@pytest.mark.parametrize(
+    ("handler", "kind"),
+    [(None, UpstreamUnavailableError), (silent, GatewayTimeoutError), (cut_short, UpstreamStreamError)],
+    ids=["refused", "silent", "reset"],
+)
+def test_either_transport_fails_the_same_way(
+    path: str, handler: Any, kind: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One error tree above the seam: the relay cannot tell which client met the fault."""
+    clear_proxies(monkeypatch)
+
+    async def run(url: str) -> Failure:
+        cfg = UpstreamConfig(
+            base_url=url, read_timeout=0.5, connect_timeout=1.0, transport="auto" if path == "wire" else "httpx"
+        )
+        up = Upstream(cfg)
+        try:
+            with pytest.raises(Failure) as caught:
+                await relay(up)
+            return caught.value
+        finally:
+            await up.close()
+
+    if handler is None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"  # bound, never listening
+            failure = asyncio.run(run(url))
+    else:
+        with FakeUpstream(handler) as fake:
+            failure = asyncio.run(run(fake.url))
+    assert type(failure.error) is kind

@@ -123,7 +123,7 @@ def test_an_endpoint_that_never_answers_fails_by_timeout_not_hang() -> None:
     report = json.loads(result.stdout)
     assert result.exit_code == 1
     details = {r["detail"] for r in report["results"]}
-    assert "no answer within 0.5 s (client timeout)" in details
+    assert "no complete answer within the 0.5 s request deadline (--timeout)" in details
 
 
 def test_unknown_group_is_a_usage_error() -> None:

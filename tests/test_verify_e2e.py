@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from kimi_server.settings import Settings
 from tests.conftest import DEFAULT_MODEL, LiveServer, start_server, stop_server
 from tests.upstreams.fixtures import llamacpp_server
 
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.e2e
 # adds minutes of generation on two CPU cores).
 MODELS = ("kimi-k3.1-pro", "kimi-k3")
 ALL_MODELS = ("kimi-k3.1-pro", "kimi-k3.1-pro-highspeed", "kimi-k3")
+BODY_LIMIT = Settings.model_fields["max_body_bytes"].default  # the server's, unless configured
 
 
 def verify(
@@ -74,13 +76,22 @@ def moonshot_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSe
 
 
 def test_the_embedded_default_model_keeps_the_evolink_contract(default_model_server: LiveServer) -> None:
-    code, report = verify(default_model_server, "evolink", models=MODELS)
+    code, report = verify(
+        default_model_server,
+        "evolink",
+        "--other-key",
+        default_model_server.other_key,
+        "--body-limit",
+        str(BODY_LIMIT),
+        models=MODELS,
+    )
     passes(report, code)
     groups = {r["group"] for r in report["results"] if r["status"] == "PASS"}
     # Everything the embedded engine does is checked, not skipped.
     assert groups >= {
         "params",
         "effort",
+        "contract",
         "streaming",
         "usage",
         "tools",
@@ -88,20 +99,37 @@ def test_the_embedded_default_model_keeps_the_evolink_contract(default_model_ser
         "dynamic_tools",
         "web_search",
         "media",
+        "files",
+        "estimate",
+        "balance",
         "responses",
+        "messages",
         "errors",
         "cache",
     }
+    assert "files: another key cannot see a file" not in "\n".join(by_status(report, "SKIP"))
     assert [r["status"] for r in report["results"] if r["group"] == "latency"] == ["INFO", "INFO"]
-    # The rules only the moonshot contract has are skipped here, saying why.
-    assert "params: penalties fixed at 0 [kimi-k3]: the evolink contract does not fix the penalties" in (
-        by_status(report, "SKIP")
+    # The rules the contracts disagree on are probed the evolink way, not skipped.
+    passed = {f"{r['group']}: {r['check']}": r["detail"] for r in report["results"] if r["status"] == "PASS"}
+    assert passed["contract: penalties [kimi-k3]"] == "0.5 accepted and ignored"
+    assert passed["contract: thinking switch [kimi-k3]"] == "thinking disabled ignored: reasoning stays on"
+    assert passed["contract: tool name length [kimi-k3.1-pro]"].startswith("64 characters accepted, 65 refused")
+    # The embedded engine counts with the model's own tokenizer: count_tokens is what it bills.
+    assert passed["messages: count_tokens equals the billed input"].endswith(" tokens both")
+    assert all(
+        passed[f"estimate: estimate equals the billed prompt_tokens [{m}]"].endswith(" tokens both") for m in MODELS
     )
+    assert "messages: thinking sent back; tampered refused" in passed
+    assert passed["messages: body over the limit is 413 request_too_large"].endswith(f"(limit {BODY_LIMIT})")
 
 
 # Groups whose checks are the same under both contracts: the evolink runs cover them on the same
 # engines, so the moonshot runs leave them out (minutes of generation on two CPU cores).
-SAME_UNDER_BOTH = [arg for group in ("tools", "structured", "web_search", "media") for arg in ("--skip", group)]
+SAME_UNDER_BOTH = [
+    arg
+    for group in ("tools", "structured", "partial", "web_search", "media", "files", "estimate", "balance", "messages")
+    for arg in ("--skip", group)
+]
 
 
 def test_the_embedded_default_model_keeps_the_moonshot_contract(moonshot_server: LiveServer) -> None:
@@ -109,19 +137,26 @@ def test_the_embedded_default_model_keeps_the_moonshot_contract(moonshot_server:
     passes(report, code)
     passed = {f"{r['group']}: {r['check']}" for r in report["results"] if r["status"] == "PASS"}
     assert {
-        "params: penalties fixed at 0 [kimi-k3]",
-        "params: non-thinking temperature [kimi-k3]",
-        "effort: thinking switch",
+        "contract: penalties [kimi-k3]",
+        "contract: temperature with thinking disabled [kimi-k3]",
+        "contract: thinking switch [kimi-k3]",
+        "contract: tool name length [kimi-k3]",
     } <= passed
 
 
-def test_the_wrong_contract_is_caught(default_model_server: LiveServer) -> None:
-    """An evolink server held to Moonshot's rules fails where the two differ, saying how."""
-    code, report = verify(default_model_server, "moonshot", "--only", "params", "--only", "effort", models=MODELS)
+def test_the_wrong_contract_is_caught(default_model_server: LiveServer, moonshot_server: LiveServer) -> None:
+    """A server held to the other contract's rules fails where the two differ, either way round."""
+    code, report = verify(default_model_server, "moonshot", "--only", "contract", models=MODELS)
     assert code == 1
     failed = "\n".join(by_status(report, "FAIL"))
-    assert "params: penalties fixed at 0 [kimi-k3]: expected 400, got 200" in failed
-    assert "effort: thinking switch: reasoning_content present with thinking disabled" in failed
+    assert "contract: penalties [kimi-k3]: presence_penalty 0.5: expected 400, got 200" in failed
+    assert "contract: thinking switch [kimi-k3.1-pro]: reasoning_content present with thinking disabled" in failed
+    assert "contract: tool name length [kimi-k3.1-pro]: a 256-character name in request tools" in failed
+    code, report = verify(moonshot_server, "evolink", "--only", "contract")
+    assert code == 1
+    failed = "\n".join(by_status(report, "FAIL"))
+    assert "contract: thinking switch [kimi-k3]: thinking disabled turned reasoning off" in failed
+    assert "contract: tool name length [kimi-k3]: a 65-character name in request tools" in failed
 
 
 @pytest.fixture(scope="module")

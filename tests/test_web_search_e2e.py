@@ -29,6 +29,7 @@ OTHER = """# Apple orchards
 
 Apple orchards in the valley bloom in April and are harvested in September.
 """
+KB = "https://kb.example.org/docs/"  # the URL the operator gives the indexed directory
 QUESTION = "Search the web for the Zorblax harbour lighthouse: what colour is it painted?"
 
 
@@ -44,7 +45,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     try:
         # Indexed while the server runs: searchable at once.
         subprocess.run(
-            [sys.executable, "-m", "kimi_server.cli", "search", "index", str(docs), "--index", str(index)],
+            [sys.executable, "-m", "kimi_server.cli", "search", "index", str(docs), "--url", KB, "--index", str(index)],
             check=True,
             capture_output=True,
         )
@@ -105,7 +106,8 @@ def test_responses_search_items_with_sources(server: LiveServer) -> None:
     kinds = [o["type"] for o in data["output"]]
     assert kinds[0] == "web_search_call" and "message" in kinds, kinds
     sources = data["output"][0]["action"]["sources"]
-    assert any(s["url"].endswith("zorblax.md") for s in sources), sources
+    assert KB + "zorblax.md" in [s["url"] for s in sources], sources
+    assert "file:" not in raw.http_response.text and "/docs/zorblax.md" in raw.http_response.text
     assert data["status"] in ("completed", "incomplete")  # sampled: the answer's length varies
     assert data["usage"]["output_tokens"] <= 256  # the budget bounds every round together
 

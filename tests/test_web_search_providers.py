@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -127,6 +128,58 @@ def test_cli_index_list_remove_and_live_search(tmp_path: Path) -> None:
     assert not idx.query("quokkas", 5).hits
     r = runner.invoke(app, ["search", "index", str(tmp_path / "missing.md"), "--index", str(index)])
     assert r.exit_code == 1 and "no such file" in " ".join(r.output.split())
+
+
+def test_sources_are_named_by_id_or_operator_url_never_by_path(tmp_path: Path) -> None:
+    docs = tmp_path / "secret-dir"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "sub" / "a b.md").write_text("# Quokka facts\n\nQuokkas live on Rottnest Island.\n")
+    (docs / "w.txt").write_text("Wombats dig burrows.\n")
+    index = tmp_path / "i.sqlite3"
+    idx = LocalIndex(index)
+    runner = CliRunner()
+    assert runner.invoke(app, ["search", "index", str(docs), "--index", str(index)]).exit_code == 0
+    hit = idx.query("quokkas", 5).hits[0]
+    assert hit.url.startswith("doc:") and "secret-dir" not in hit.url
+    assert "secret-dir" not in as_tool_text(idx.query("quokkas wombats", 5))
+    # Re-indexing keeps the name; the operator's list shows where each one comes from.
+    runner.invoke(app, ["search", "index", str(docs / "sub"), "--index", str(index)])
+    assert idx.query("quokkas", 5).hits[0].url == hit.url and len(idx.documents()) == 2
+    listing = runner.invoke(app, ["search", "list", "--index", str(index)]).output
+    assert hit.url in listing and "a b.md" in listing
+    # An operator-set URL replaces the id: a directory's files below its base.
+    r = runner.invoke(app, ["search", "index", str(docs), "--url", "https://kb.example.org/x/", "--index", str(index)])
+    assert r.exit_code == 0, r.output
+    urls = {h.url for h in idx.query("quokkas wombats", 5).hits}
+    assert urls == {"https://kb.example.org/x/sub/a%20b.md", "https://kb.example.org/x/w.txt"}
+    assert len(idx.documents()) == 2
+    r = runner.invoke(
+        app, ["search", "index", str(docs / "w.txt"), "--url", "https://kb.example.org/w", "--index", str(index)]
+    )
+    assert r.exit_code == 0 and idx.query("wombats", 5).hits[0].url == "https://kb.example.org/w"
+    for bad in (["--url", "file:///etc/x"], ["--url", "https://kb.example.org/no-slash"]):
+        r = runner.invoke(app, ["search", "index", str(docs), *bad, "--index", str(index)])
+        assert r.exit_code == 1 and "--url" in r.output
+    r = runner.invoke(app, ["search", "remove", "https://kb.example.org/w", "--index", str(index)])
+    assert "1 document(s) removed" in r.output and not idx.query("wombats", 5).hits
+
+
+def test_an_older_index_of_file_urls_shows_no_path(tmp_path: Path) -> None:
+    """An index written before sources were named holds file:// URLs: never shown, and named
+    with document ids the first time the index is written again."""
+    index = tmp_path / "old.sqlite3"
+    with sqlite3.connect(index) as conn:
+        conn.execute("CREATE VIRTUAL TABLE docs USING fts5(url UNINDEXED, title, body, tokenize = 'porter unicode61')")
+        url = (tmp_path / "hidden" / "q.md").as_uri()
+        conn.execute("INSERT INTO docs VALUES (?, 'Quokkas', 'Quokkas live on Rottnest Island.')", (url,))
+    idx = LocalIndex(index)
+    shown = idx.query("quokkas", 5).hits[0].url
+    assert shown.startswith("doc:") and "hidden" not in shown
+    (tmp_path / "other.md").write_text("Wombats.\n")
+    idx.add([tmp_path / "other.md"])
+    named = {d.url: d.path for d in idx.documents()}
+    assert str(tmp_path / "hidden" / "q.md") in named.values() and all(u.startswith("doc:") for u in named)
+    assert idx.remove(str(tmp_path / "hidden")) == 1 and not idx.query("quokkas", 5).hits
 
 
 def test_query_syntax_is_not_fts_syntax(tmp_path: Path) -> None:

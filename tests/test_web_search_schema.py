@@ -107,7 +107,7 @@ def chat_body(messages: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
     return {"model": "kimi-k3.1-pro", "messages": messages, "tools": [{"type": "web_search"}], **kw}
 
 
-def test_chat_loop_runs_the_search_server_side(client: TestClient, engine: ScriptedEngine) -> None:
+def test_chat_loop_runs_the_search_server_side(client: TestClient, engine: ScriptedEngine, index: LocalIndex) -> None:
     user = {"role": "user", "content": "Search: what colour is the Zorblax lighthouse?"}
     first = client.post(CHAT, json=chat_body([user])).json()
     choice = first["choices"][0]
@@ -118,7 +118,8 @@ def test_chat_loop_runs_the_search_server_side(client: TestClient, engine: Scrip
     second = client.post(CHAT, json=chat_body([user, choice["message"], echo]))
     assert second.status_code == 200, second.text
     seen = engine.requests[-1].messages[-1]
-    assert seen.role == "tool" and "painted teal" in seen.text and "zorblax.md" in seen.text
+    assert seen.role == "tool" and "painted teal" in seen.text and "URL: doc:" in seen.text
+    assert str(index.path.parent) not in seen.text  # the server's paths are nobody's business
     assert "var x" not in seen.text  # scripts are not indexed text
     assert second.json()["choices"][0]["message"]["content"] == "Hello there."
 
@@ -141,7 +142,7 @@ def test_the_search_result_reaches_the_default_models_prompt(client: TestClient,
     before, _, result = prompt.rpartition("<tool_response>")
     result, _, after = result.partition("</tool_response>")
     assert "zorblax" in before.lower()  # the question and the call come first
-    assert "painted teal" in result and "zorblax.md" in result
+    assert "painted teal" in result and "URL: doc:" in result
     assert after.rstrip().endswith("<|im_start|>assistant"), after
 
 
@@ -189,6 +190,19 @@ def test_chat_web_search_errors(engine: ScriptedEngine, scripted_app: ScriptedAp
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages[2].content"
 
 
+def test_a_plain_text_tool_message_searches_the_calls_own_query(client: TestClient, engine: ScriptedEngine) -> None:
+    """The contract asks clients to echo the call's arguments but refuses nothing else: a tool
+    message in plain text is answered, with the query of the call it answers."""
+    user = {"role": "user", "content": "Search: what colour is the Zorblax lighthouse?"}
+    call = {"id": "call_ws1", "type": "builtin_function", "function": {"name": "$web_search", "arguments": SEARCH_ARGS}}
+    assistant = {"role": "assistant", "content": None, "tool_calls": [call]}
+    plain = {"role": "tool", "tool_call_id": "call_ws1", "content": "here you go"}
+    r = client.post(CHAT, json=chat_body([user, assistant, plain]))
+    assert r.status_code == 200, r.text
+    seen = engine.requests[-1].messages[-1]
+    assert "painted teal" in seen.text and "here you go" not in seen.text
+
+
 # --- Responses --------------------------------------------------------------------------------
 
 
@@ -206,7 +220,7 @@ INCLUDE = ["web_search_call.action.sources", "web_search_call.results"]
 
 
 @pytest.mark.parametrize("include", [[], INCLUDE])
-def test_responses_items_and_events_validate(client: TestClient, include: list[str]) -> None:
+def test_responses_items_and_events_validate(client: TestClient, include: list[str], index: LocalIndex) -> None:
     r = client.post("/v1/responses", json=responses_body(include=include))
     assert r.status_code == 200, r.text
     data = r.json()
@@ -215,7 +229,8 @@ def test_responses_items_and_events_validate(client: TestClient, include: list[s
     item = data["output"][0]
     assert item["status"] == "completed" and item["action"]["query"] == "zorblax lighthouse colour"
     if include:
-        assert item["action"]["sources"][0]["url"].endswith("zorblax.md")
+        assert item["action"]["sources"][0]["url"].startswith("doc:")
+        assert str(index.path.parent) not in r.text
         assert "teal" in item["results"][0]["snippet"]
     else:
         assert "sources" not in item["action"] and "results" not in item

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kimi_server.engines.base import Engine
@@ -75,6 +77,7 @@ def build_engines(settings: Settings, environ: Mapping[str, str] = os.environ) -
                     max_prompt_tokens=settings.max_prompt_tokens or None,
                     prefill_turn=settings.prefill_turn,
                     prefill_turn_shared=settings.prefill_turn_shared,
+                    prefill_slowdown=settings.prefill_slowdown,
                 )
             )
         by_model[spec.id] = by_path[path]
@@ -82,11 +85,46 @@ def build_engines(settings: Settings, environ: Mapping[str, str] = os.environ) -
 
 
 def build_keys(settings: Settings) -> tuple[KeyRing, str | None]:
-    """The key ring, plus the development key when no keys were configured."""
+    """The key ring, plus the development key when the server has no other way in."""
     if settings.api_keys:
         return KeyRing(settings.api_keys), None
+    if not wants_development_key(settings):
+        return KeyRing([]), None
     dev = development_key(settings.data_dir)
     return KeyRing([dev]), dev
+
+
+def wants_development_key(settings: Settings) -> bool:
+    """Whether a development key is needed: no ``api_keys``, and no admin key or stored key to
+    let anyone in. Beside those it would be one more key, with no limits, that the operator
+    never made."""
+    if not settings.gateway_enabled:
+        return True
+    return not settings.admin_key and not stored_keys_exist(settings)
+
+
+def stored_keys_exist(settings: Settings) -> bool:
+    """Whether the database holds a key that is not revoked (False before its first migration).
+    Run on a thread of its own: ``serve --workers`` builds each worker's keys inside its loop."""
+    from sqlalchemy import func, select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from kimi_server.store.db import Database
+    from kimi_server.store.models import ApiKeyRow
+
+    async def count() -> int:
+        db = Database.from_settings(settings.database_url, settings.data_dir, settings.sqlite_synchronous)
+        query = select(func.count()).select_from(ApiKeyRow).where(ApiKeyRow.revoked_at.is_(None))
+        try:
+            async with db.engine.connect() as conn:
+                return int(await conn.scalar(query) or 0)
+        except (SQLAlchemyError, OSError):
+            return 0  # no table yet, or the database is down: start-up reports that itself
+        finally:
+            await db.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, count()).result() > 0
 
 
 def scripted_engines(environ: Mapping[str, str]) -> EngineSet:

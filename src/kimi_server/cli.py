@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,11 +11,14 @@ import uvicorn
 from rich.console import Console
 from rich.markup import escape
 
-import kimi_server.cli_help  # noqa: F401  (flags in --help show no type)
 from kimi_server import __version__, log_json
 from kimi_server.chat_cli.command import chat as chat_command
+from kimi_server.cli_help import plain_flags
+from kimi_server.gate.audit_cli import audit as audit_command
 from kimi_server.gate.cli import keys_app
-from kimi_server.gate.cli import usage as usage_command
+from kimi_server.gate.requests_cli import requests as requests_command
+from kimi_server.gate.teams_cli import teams_app
+from kimi_server.gate.usage_cli import usage as usage_command
 from kimi_server.models.cli import models_app
 from kimi_server.search.cli import search_app
 from kimi_server.settings import Settings
@@ -23,7 +27,10 @@ from kimi_server.verify.cli import verify as verify_command
 app = typer.Typer(name="kimi-server", help="A self-hosted server for the Kimi API.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(keys_app, name="keys")
+app.add_typer(teams_app, name="teams")
 app.command("usage")(usage_command)
+app.command("requests")(requests_command)
+app.command("audit")(audit_command)
 app.command("chat")(chat_command)
 from kimi_server.engines.upstream.cli import upstreams_app  # noqa: E402
 
@@ -143,14 +150,16 @@ def serve(
 ) -> None:
     """Serve the Kimi API."""
     from kimi_server.bootstrap import build_engines, build_keys
+    from kimi_server.gate.key_strength import check_operator_keys
     from kimi_server.heap import settle_heap
     from kimi_server.http.app import create_app
-    from kimi_server.http.connections import uvicorn_options
+    from kimi_server.http.connections import check_uvicorn, uvicorn_options
     from kimi_server.http.workers import worker_count
     from kimi_server.models.pull import ModelPullError
     from kimi_server.settings import load_settings
 
     try:
+        check_uvicorn()  # before a model is loaded: a uvicorn this was not written for never serves
         settings = load_settings(
             config,
             host=host,
@@ -169,7 +178,10 @@ def serve(
             workers=workers,
             contract=contract,
         )
+        weak = check_operator_keys(settings)  # a weak key beyond loopback raises, before any set-up
         log_json.configure(settings.log_level)  # one JSON object per line, uvicorn's lines included
+        for warning in weak:
+            logging.getLogger(__name__).warning("%s", warning)
         engines = build_engines(settings)
         processes = worker_count(settings, engines)
     except (ModelPullError, FileNotFoundError, ValueError) as exc:
@@ -196,6 +208,9 @@ def serve(
     application = create_app(settings, engines, keys)
     settle_heap()
     uvicorn.run(application, **options)
+
+
+plain_flags(app)  # flags in --help show no type; after the last command above
 
 
 def main() -> None:

@@ -66,6 +66,8 @@ def log_config(level: str) -> dict[str, Any]:
             "uvicorn": {"handlers": [], "level": level, "propagate": True},
             "uvicorn.error": {"handlers": [], "level": level, "propagate": True},
             "uvicorn.access": {"handlers": [], "propagate": False},
+            # Its debug lines carry every statement's values: captured prompts, ledger rows.
+            "aiosqlite": {"handlers": [], "level": "INFO", "propagate": True},
         },
     }
 

@@ -6,6 +6,7 @@ The TOML file is named by ``--config`` or ``KIMI_CONFIG``; see docs/configuratio
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,10 +24,13 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from kimi_server.policy.aliases import DEFAULT_ALIASES
 from kimi_server.policy.profiles import ContractName
+from kimi_server.settings_errors import explain_invalid
 from kimi_server.settings_tables import (
     DEFAULT_BUDGETS,
     EFFORT_ORDER,
+    BaseURL,
     Dialect,
     EffortBudget,
     ModelPrice,
@@ -34,7 +38,7 @@ from kimi_server.settings_tables import (
     UpstreamCapabilities,
     UpstreamConfig,
 )
-from kimi_server.unknown_settings import UnknownSettingError, check_environment, check_toml_file, explain_extras
+from kimi_server.unknown_settings import UnknownSettingError, check_toml_file, explain_extras, unknown_environment
 
 __all__ = [
     "DEFAULT_BUDGETS",
@@ -51,6 +55,7 @@ __all__ = [
 # The TOML file of the settings being built (load_settings sets it for the duration of the build,
 # so nothing is written to the process environment); else KIMI_CONFIG names it.
 _config_file: ContextVar[Path | None] = ContextVar("kimi_config_file", default=None)
+log = logging.getLogger(__name__)
 
 
 def _default_data_dir() -> Path:
@@ -109,10 +114,11 @@ class Settings(BaseSettings):
     cache_groups: dict[str, list[str]] = Field(default_factory=dict)
 
     # `serve --upstream URL` serves every model id from that one server.
-    upstream: str | None = None
+    upstream: BaseURL | None = None
     upstream_dialect: Dialect = "openai"
     upstream_model: str | None = None
     upstream_api_key_env: str | None = None
+    upstream_transport: Literal["auto", "httpx"] = "auto"
     # docs/web-search.md, docs/media.md.
     web_search_provider: Literal["none", "local", "searxng"] = "local"
     web_search_index: Path | None = None  # None: <data_dir>/search-index.sqlite3
@@ -121,7 +127,7 @@ class Settings(BaseSettings):
     web_search_timeout_s: float = Field(default=10.0, gt=0, le=120)
     web_search_max_results: int = Field(default=5, ge=1, le=20)
     web_search_token_budget: int = Field(default=1200, ge=50, le=32768)
-    web_search_max_calls: int = Field(default=2, ge=1, le=8)  # searches per Responses request
+    web_search_max_calls: int = Field(default=2, ge=1, le=8)  # searches per Responses or Messages request
     media_allowed_hosts: list[str] = Field(default_factory=list)  # http(s) media URLs: none
     media_fetch_timeout_s: float = Field(default=10.0, gt=0, le=120)
     media_max_image_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
@@ -130,6 +136,20 @@ class Settings(BaseSettings):
     media_max_video_seconds: float = Field(default=120.0, gt=0)
     media_max_parts: int = Field(default=16, ge=1, le=256)  # image and video parts per request
     mmproj: Path | None = None  # the embedded model's multimodal projector (GGUF): it sees images
+    # Files (/v1/files, docs/files.md): where they are kept (None: <data_dir>/files), the most
+    # one upload may bring, what one key may keep (count, bytes), what all keys together may keep;
+    # extraction in a child process: text kept per file, PDF pages, wall-clock seconds (the CPU
+    # limit too), address space, extractions at once per server process.
+    files_dir: Path | None = None
+    files_max_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
+    files_max_per_key: int = Field(default=1000, ge=1)
+    files_max_bytes_per_key: int = Field(default=10 * 1024**3, ge=1024)
+    files_max_total_bytes: int = Field(default=20 * 1024**3, ge=1024)
+    files_max_chars: int = Field(default=1_000_000, ge=1000)
+    files_max_pages: int = Field(default=2000, ge=1)
+    files_extract_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    files_extract_memory_mb: int = Field(default=1024, ge=128)
+    files_extract_concurrency: int = Field(default=2, ge=1, le=64)
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # a bounded, fair queue in front of each engine, bounded work per
@@ -147,9 +167,19 @@ class Settings(BaseSettings):
     max_prompt_tokens: int = Field(default=8192, ge=0)
     prefill_turn: int = Field(default=64, ge=8, le=8192)
     prefill_turn_shared: int = Field(default=8, ge=0, le=8192)
+    # A prompt read in turns beside other requests still goes at least 1/prefill_slowdown of the
+    # speed its own turns show the engine reads it at, so it is read in a time proportional to
+    # its length however busy the others keep the engine (1: no slower than alone).
+    prefill_slowdown: float = Field(default=3.0, ge=1.0, le=100.0)
     max_json_depth: int = Field(default=64, ge=8, le=512)  # nesting of any request body
     http_header_timeout: float = Field(default=10.0, gt=0)  # a request head must arrive within
     http_keep_alive_timeout: int = Field(default=5, ge=1)  # idle keep-alive connections close
+    # A stream waits this long for its first event before its headers go out (so an early refusal
+    # is still a plain HTTP error); then it sends a keep-alive (an SSE comment, Messages' ping)
+    # whenever nothing else was sent for stream_keep_alive seconds: a long prompt being read, a
+    # reasoning phase whose text is not shown.
+    stream_first_event_grace: float = Field(default=2.0, ge=0, le=60)
+    stream_keep_alive: float = Field(default=10.0, gt=0, le=300)
     # Connection-level limits (docs/configuration.md): a slow body gets 408 and the connection
     # closes; past the caps a new connection gets 503. Unset caps follow the descriptor limit.
     http_body_timeout: float = Field(default=60.0, gt=0)  # seconds for a whole request body
@@ -158,9 +188,15 @@ class Settings(BaseSettings):
     http_max_connections: int | None = Field(default=None, ge=1)  # None: from RLIMIT_NOFILE
     http_max_connections_per_ip: int | None = Field(default=None, ge=0)  # None: total / 4; 0: off
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # An unknown KIMI_* variable stops every command, as an unknown TOML key does (else a warning).
+    strict_settings: bool = False
     # Server processes on one port (serve --workers). None: one per core when every model is
     # relayed to upstreams; 1 with the embedded engine, whose model is loaded once.
     workers: int | None = Field(default=None, ge=1, le=256)
+    # Seconds a worker has to start (import, build its app, open its socket) before it is
+    # replaced, and to answer each health check once started.
+    worker_start_timeout: float = Field(default=60.0, gt=0, le=3600)
+    worker_health_timeout: float = Field(default=10.0, gt=0, le=600)
     engine_verbose: bool = False
 
     # stored keys, limits, quotas, usage ledger, metrics (docs/gateway.md).
@@ -170,12 +206,29 @@ class Settings(BaseSettings):
     redis_url: str | None = None  # shared rate limits across instances; None: in-process
     redis_prefix: str = "kimi:"
     admin_key: str | None = None  # enables /admin/v1/; None: the admin API is off
-    # Where a key's soft budget, once reached, is reported (signed with the secret; docs/gateway.md).
+    # Throttled guessing (docs/gateway.md): failed authentications per client address, and per
+    # key prefix over all addresses, before 429 (0: not counted); the seconds a full count
+    # takes to drain; the longest wait a failure gets before the lock. Weak --api-key and
+    # --admin-key values are refused on an address beyond loopback unless allowed.
+    auth_max_failures: int = Field(default=20, ge=0)
+    auth_max_prefix_failures: int = Field(default=100, ge=0)
+    auth_failure_window: float = Field(default=600.0, gt=0, le=86_400)
+    auth_max_delay: float = Field(default=2.0, ge=0, le=30)
+    allow_weak_keys: bool = False
+    # Where alerts go (signed with the secret; docs/gateway.md): a key's soft budget reached, its
+    # budget spent, a key about to expire, an upstream's breaker opening.
     budget_webhook_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
     budget_webhook_secret: str | None = Field(default=None, min_length=16)
+    # A stored key expiring within this many days is told to the same webhook, once; 0: never.
+    key_expiry_alert_days: float = Field(default=7.0, ge=0, le=365)
     metrics_public: bool = False  # /metrics without a key
     key_cache_seconds: float = Field(default=0.5, ge=0, le=1)  # revocation takes effect within this
+    # Days a captured prompt and answer is kept (keys or teams with capture on; docs/gateway.md).
+    capture_retention_days: int = Field(default=30, ge=1, le=3650)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)  # model id -> USD per 1M tokens
+    # Ids other clients ask for (exact, or patterns like "claude-*") -> a served id; on the
+    # Messages door (policy/aliases.py). Setting the table replaces the default one.
+    model_aliases: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_ALIASES))
     # SQLite in WAL mode: "normal" (SQLite's advice for WAL) keeps every committed row through
     # the server being killed, with no fsync on the request path; "full" also survives power
     # loss or an OS crash, at one fsync per batch of requests.
@@ -259,8 +312,13 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         with _reading(config_file):
             settings = Settings(**given)
     except ValidationError as exc:
-        raise explain_extras(exc, Settings) or exc from None
-    check_environment(os.environ, Settings, allowed=settings.upstream_key_variables())
+        # Named as the operator wrote it (--port, KIMI_PORT, the file's key), not as a field.
+        raise explain_extras(exc, Settings) or explain_invalid(exc, given, os.environ, config_file) from None
+    unknown = unknown_environment(os.environ, Settings, allowed=settings.upstream_key_variables())
+    if unknown and settings.strict_settings:
+        raise UnknownSettingError("\n".join(unknown) + "\n(strict_settings is on: unknown KIMI_* variables stop)")
+    for line in unknown:  # another tool's variable, perhaps: said, not fatal
+        log.warning("%s; ignored (strict_settings = true makes this an error)", line)
     check_price_models(settings)
     return settings
 
@@ -280,8 +338,10 @@ def check_price_models(settings: Settings) -> None:
     from kimi_server.policy.catalogue import CATALOGUE
 
     served = sorted({spec.id for spec in CATALOGUE} | set(settings.routes))
-    for name in settings.prices:
+    named = [("prices", name) for name in settings.prices]
+    named += [(f"model_aliases.{alias}", target) for alias, target in settings.model_aliases.items()]
+    for where, name in named:
         if name not in served:
             close = difflib.get_close_matches(name, served, n=1, cutoff=0.6)
             hint = f"did you mean '{close[0]}'?" if close else f"the models are {', '.join(served)}"
-            raise UnknownSettingError(f"prices: '{name}' is not a model this server serves; {hint}")
+            raise UnknownSettingError(f"{where}: '{name}' is not a model this server serves; {hint}")

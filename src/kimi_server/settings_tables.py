@@ -4,9 +4,10 @@ upstreams): each a strict model, so a mistyped key is an error rather than a def
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from kimi_server.policy.profiles import ContractName
 
@@ -63,6 +64,19 @@ class ModelPrice(BaseModel):
 Dialect = Literal["vllm", "sglang", "llamacpp", "moonshot", "openai"]
 
 
+def check_base_url(url: str) -> str:
+    """An upstream's base URL must say http:// or https:// and name a host: ``127.0.0.1:8164``
+    alone would fail every call as if the server there were down."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        hint = url if "://" in url else f"http://{url.rstrip('/')}/v1"
+        raise ValueError(f"an upstream base URL needs http:// or https:// and a host, e.g. {hint}")
+    return url
+
+
+BaseURL = Annotated[str, AfterValidator(check_base_url)]
+
+
 class UpstreamCapabilities(BaseModel):
     """What the upstream can do; a request needing more gets a 400 before it leaves."""
 
@@ -82,7 +96,7 @@ class UpstreamCapabilities(BaseModel):
 class UpstreamConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str  # up to and including /v1
+    base_url: BaseURL  # up to and including /v1
     name: str | None = None  # for logs and health; default: the base URL's host
     api_key_env: str | None = None  # the environment variable holding the upstream's key
     model: str | None = None  # the upstream's model name; default: the public model id
@@ -102,6 +116,8 @@ class UpstreamConfig(BaseModel):
     breaker_threshold: int = Field(default=5, ge=1)
     breaker_cooldown: float = Field(default=30.0, gt=0)
     max_connections: int = Field(default=256, ge=1)
+    # The relayed call's HTTP client: "auto" is kimi-server's own (httpx behind a proxy).
+    transport: Literal["auto", "httpx"] = "auto"
 
 
 class ModelRoute(BaseModel):

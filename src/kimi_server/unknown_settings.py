@@ -1,5 +1,7 @@
-"""Unknown settings are errors: a mistyped key in the TOML file (at any depth) or a ``KIMI_*``
-variable that names no setting stops start-up, naming the nearest valid key.
+"""Unknown settings: a mistyped key in the TOML file (at any depth) stops start-up, naming the
+nearest valid key. A ``KIMI_*`` variable that names no setting is only warned about, with the
+nearest setting, since the environment is shared with other tools that may use the prefix; with
+``strict_settings`` it stops start-up too.
 
 Pydantic-settings ignores environment variables that match no field, and a forbidden extra
 key alone would not say what was meant, so both are checked here, before anything loads.
@@ -29,6 +31,7 @@ NOT_SETTINGS = frozenset(
         "KIMI_TEST_ENGINE_DELAY",
         "KIMI_TEST_ENGINE_TOKENS",
         "KIMI_API_KEY",
+        "KIMI_OTHER_API_KEY",
         "KIMI_BASE_URL",
     }
 )  # `kimi-server chat` and `verify`; not the server
@@ -94,9 +97,10 @@ def explain_extras(error: ValidationError, model: type[BaseModel]) -> UnknownSet
     return UnknownSettingError("\n".join(problems)) if problems else None
 
 
-def check_environment(environ: Mapping[str, str], model: type[BaseModel], allowed: Iterable[str] = ()) -> None:
-    """Every ``KIMI_*`` variable must name a setting (case-insensitively, as pydantic reads them),
-    be one of ``NOT_SETTINGS``, or be in ``allowed`` (an upstream's key named by ``api_key_env``)."""
+def unknown_environment(environ: Mapping[str, str], model: type[BaseModel], allowed: Iterable[str] = ()) -> list[str]:
+    """A line for each ``KIMI_*`` variable that names no setting (case-insensitively, as
+    pydantic reads them), is not one of ``NOT_SETTINGS`` and not in ``allowed`` (an upstream's
+    key named by ``api_key_env``)."""
     fields = model.model_fields
     known = NOT_SETTINGS | {name.upper() for name in allowed}
     valid = sorted({ENV_PREFIX + name.upper() for name in fields} | NOT_SETTINGS)
@@ -106,8 +110,7 @@ def check_environment(environ: Mapping[str, str], model: type[BaseModel], allowe
         if not upper.startswith(ENV_PREFIX) or upper in known or upper[len(ENV_PREFIX) :].lower() in fields:
             continue
         problems.append(f"unknown environment variable {name}: it names no setting{_nearest(upper, valid)}")
-    if problems:
-        raise UnknownSettingError("\n".join(problems))
+    return problems
 
 
 def _nearest(name: str, valid: Iterable[str]) -> str:

@@ -99,7 +99,7 @@ class FakeUpstream:
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             conn = Conn(writer)
             path = request_line.split()[1]
-            parsed = json.loads(body) if body else {}
+            parsed = _parsed(body)
             if path.endswith("/models") and path not in self.routes:
                 await conn.json(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
                 return
@@ -115,6 +115,16 @@ class FakeUpstream:
             self._tasks.discard(task)
             if not writer.transport.is_closing():
                 writer.close()
+
+
+def _parsed(body: bytes) -> dict[str, Any]:
+    """The request's JSON; a body that is none (a client testing malformed JSON) reaches the
+    handler as ``{}``, so a scenario answers it as it answers anything."""
+    try:
+        value = json.loads(body) if body else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:

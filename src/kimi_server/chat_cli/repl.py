@@ -6,15 +6,16 @@ import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import openai
 import typer
 from rich.console import Console
 
 from kimi_server.chat_cli.errors import one_line
-from kimi_server.chat_cli.session import Session, run_command
+from kimi_server.chat_cli.session import Efforts, Session, run_command
 from kimi_server.chat_cli.stream import Done, StreamFailed, turn
-from kimi_server.policy.catalogue import CATALOGUE
+from kimi_server.policy.catalogue import CATALOGUE, find_model
 from kimi_server.settings import Settings
 
 
@@ -31,17 +32,9 @@ def run(
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     client = openai.OpenAI(base_url=url, api_key=key or _default_key() or "none", max_retries=0)
-    try:
-        session = Session(
-            model=model or _pick_model(client),
-            endpoint="responses" if responses else "chat",
-            effort=effort,
-            system=system,
-            max_tokens=max_tokens,
-        )
-    except openai.OpenAIError as exc:
-        err.print(f"error: {one_line(exc, url)}", style="red", markup=False)
-        raise typer.Exit(1) from None
+    session = _open_session(client, url, err, model, effort)
+    session.endpoint = "responses" if responses else "chat"
+    session.system, session.max_tokens = system, max_tokens
     interactive = sys.stdin.isatty()
     if interactive:
         with contextlib.suppress(ImportError):
@@ -120,12 +113,57 @@ def _default_key() -> str | None:
         return None
 
 
-def _pick_model(client: openai.OpenAI) -> str:
+def _open_session(client: openai.OpenAI, url: str, err: Console, model: str | None, effort: str | None) -> Session:
+    """The session's model and effort, checked against the server's list before any turn."""
+    try:
+        listed = _listed(client, required=model is None)
+        session = Session(model=model or _pick_model(listed), models=listed)
+    except openai.OpenAIError as exc:
+        err.print(f"error: {one_line(exc, url)}", style="red", markup=False)
+        raise typer.Exit(1) from None
+    refusal = _refused_choice(session, effort)
+    if refusal is not None:
+        err.print(f"error: {refusal}", style="red", markup=False)
+        raise typer.Exit(2)
+    session.effort = effort
+    return session
+
+
+def _refused_choice(session: Session, effort: str | None) -> str | None:
+    """Why the model or effort given on the command line cannot be used, checked before any
+    turn; None when they can."""
+    if session.models and session.model not in session.models:
+        return f"--model: the server lists no model {session.model}; it serves {', '.join(session.models)}"
+    refusal = session.effort_refusal(session.model, effort)
+    return f"--effort: {refusal}" if refusal is not None else None
+
+
+def _listed(client: openai.OpenAI, *, required: bool) -> dict[str, Efforts | None]:
+    """The models the server lists, each with the efforts it takes: as the server says
+    (``reasoning_efforts`` in kimi-server's list), else the catalogue's for its ids, else
+    unknown. ``required``: a failed listing is an error (no --model to go on with)."""
+    try:
+        models = list(client.models.list())
+    except openai.OpenAIError:
+        if required:
+            raise
+        return {}
+    return {m.id: _efforts(m.id, m.model_extra or {}) for m in models}
+
+
+def _efforts(model_id: str, extra: dict[str, Any]) -> Efforts | None:
+    levels, aliases = extra.get("reasoning_efforts"), extra.get("reasoning_effort_aliases")
+    if isinstance(levels, list) and all(isinstance(x, str) for x in levels):
+        return Efforts(tuple(levels), tuple(str(a) for a in aliases) if isinstance(aliases, dict) else ())
+    spec = find_model(model_id)
+    return Efforts(spec.efforts, tuple(spec.effort_aliases)) if spec is not None else None
+
+
+def _pick_model(listed: dict[str, Efforts | None]) -> str:
     """The first catalogue model the server lists, else its first model (Moonshot's list, say)."""
-    served = [m.id for m in client.models.list()]
     for spec in CATALOGUE:
-        if spec.id in served:
+        if spec.id in listed:
             return spec.id
-    if not served:
+    if not listed:
         raise openai.OpenAIError("the server lists no models; pass --model")
-    return served[0]
+    return next(iter(listed))

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import hmac
-import secrets
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from kimi_server import __version__
+from kimi_server.console.login_token import LoginTokens
 from kimi_server.console.session import (
     COOKIE_PATH,
     LOGIN_COOKIE,
     Viewer,
     check_key,
+    console_actor,
     csrf_ok,
     current_viewer,
     end_session,
@@ -22,6 +22,12 @@ from kimi_server.console.session import (
     viewer,
 )
 from kimi_server.console.web import one, page, read_form
+from kimi_server.errors import APIError, AuthenticationError, RateLimitError
+from kimi_server.gate import audit
+from kimi_server.gate.audit import Actor, client_host
+from kimi_server.gate.request_record import request_record
+from kimi_server.http.admin_key import ADMIN_KEY_ID
+from kimi_server.http.state import app_state
 
 router = APIRouter(include_in_schema=False)
 
@@ -48,12 +54,17 @@ async def home(who: Viewer = Depends(viewer)) -> Response:
 
 
 def _login_page(request: Request, error: str | None = None, status: int = 200) -> Response:
-    token = secrets.token_urlsafe(24)
+    nonce, token = login_tokens(request).issue()
     response = page(request, "login.html", None, status=status, login_csrf=token, error=error)
     response.set_cookie(
-        LOGIN_COOKIE, token, path=COOKIE_PATH, httponly=True, samesite="strict", secure=request.url.scheme == "https"
+        LOGIN_COOKIE, nonce, path=COOKIE_PATH, httponly=True, samesite="strict", secure=request.url.scheme == "https"
     )
     return response
+
+
+def login_tokens(request: Request) -> LoginTokens:
+    tokens: LoginTokens = request.app.state.kimi_console_login
+    return tokens
 
 
 @router.get("/console/login")
@@ -66,12 +77,32 @@ async def login_form(request: Request) -> Response:
 @router.post("/console/login")
 async def login(request: Request) -> Response:
     form = await read_form(request)
-    expected = request.cookies.get(LOGIN_COOKIE, "")
-    if not expected or not hmac.compare_digest(expected.encode(), one(form, "csrf").encode()):
+    if not login_tokens(request).valid(request.cookies.get(LOGIN_COOKIE), one(form, "csrf")):
         return _login_page(request, "The sign-in form expired. Try again.", status=400)
-    who = await check_key(request, one(form, "key"))
-    if who is None:
-        return _login_page(request, "That key is not valid here.", status=401)
+    key = one(form, "key")
+    signed_in: list[Viewer] = []
+
+    async def check() -> APIError | None:
+        who = await check_key(request, key)
+        if who is None:
+            return AuthenticationError("That key is not valid here.")
+        signed_in.append(who)
+        return None
+
+    # Wrong keys here count with those sent to the API (gate/auth_throttle.py).
+    refusal = await app_state(request).throttle.screen(request.scope, key or None, "console", check)
+    if isinstance(refusal, RateLimitError):
+        # Not recorded: a locked address is refused at once, so each would be a free row.
+        response = _login_page(request, refusal.message, status=429)
+        response.headers["retry-after"] = str(refusal.retry_after)
+        return response
+    if refusal is not None:
+        anyone = Actor("console", "unknown key", client_host(request.scope))
+        await _audit(request, anyone, "console.sign_in_failed", {"reason": "the key is not valid here"})
+        return _login_page(request, refusal.message, status=401)
+    who = signed_in[0]
+    request_record(request.scope).key_id = who.key_id or ADMIN_KEY_ID  # the log line names who signed in
+    await _audit(request, console_actor(request, who), "console.sign_in", {})
     response = RedirectResponse("/console/", status_code=303)
     start_session(request, response, who)
     response.delete_cookie(LOGIN_COOKIE, path=COOKIE_PATH)
@@ -83,6 +114,14 @@ async def logout(request: Request, who: Viewer = Depends(viewer)) -> Response:
     form = await read_form(request)
     if not csrf_ok(who, one(form, "csrf")):
         return page(request, "denied.html", who, status=403, reason="The form expired: reload the page.")
+    await _audit(request, console_actor(request, who), "console.sign_out", {})
     response = RedirectResponse("/console/login", status_code=303)
     end_session(response)
     return response
+
+
+async def _audit(request: Request, actor: Actor, action: str, details: dict[str, Any]) -> None:
+    """Sign-ins go to the audit trail where there is one (the gateway's database)."""
+    gateway = app_state(request).gateway
+    if gateway is not None:
+        await audit.record(gateway.db, actor, action, None, details)

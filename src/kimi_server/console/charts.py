@@ -51,9 +51,13 @@ def _nice_top(value: float) -> tuple[float, int]:
     return power * 10, 4
 
 
+CHAR_WIDTH = 6.6  # the axis font's average advance, in the chart's units
+MAX_LABEL = 28  # characters of a bar's label shown under it at most
+
+
 def _fmt(value: float) -> str:
     if 0 < value < 1:
-        return f"{value:.2g}"
+        return f"{value:.2g}" if value >= 1e-4 else f"{value:.6f}".rstrip("0")
     if value >= 1_000_000:
         return f"{value / 1_000_000:g}M"
     if value >= 1_000:
@@ -72,7 +76,10 @@ def stacked_bars(
     """One bar per row, stacked from ``parts(row)`` (one number per series)."""
     values = [[float(v) for v in parts(r)] for r in rows]
     top, steps = _nice_top(max((sum(v) for v in values), default=0))
-    inner_w, inner_h = WIDTH - LEFT - 8, HEIGHT - BOTTOM - TOP
+    ticks = [_fmt(top * (steps - i) / steps) for i in range(steps + 1)]
+    # Room on the left for the longest number of the axis, so none is cut at the edge.
+    left = max(LEFT, math.ceil(len(max(ticks, key=len)) * CHAR_WIDTH) + 10)
+    inner_w, inner_h = WIDTH - left - 8, HEIGHT - BOTTOM - TOP
     slot = inner_w / max(1, len(rows))
     bar_w = max(4.0, min(48.0, slot * 0.7))
     out = [
@@ -80,13 +87,15 @@ def stacked_bars(
         f'viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" aria-label="{escape(title)}">',
         f"<title>{escape(title)}</title>",
     ]
-    for i in range(steps + 1):  # grid lines and the axis's numbers
+    for i, label in enumerate(ticks):  # grid lines and the axis's numbers
         y = TOP + inner_h * i / steps
-        out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - 8}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        label = _fmt(top * (steps - i) / steps)
-        out.append(f'<text class="axis" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{label}</text>')
+        out.append(f'<line class="grid" x1="{left}" x2="{WIDTH - 8}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        out.append(f'<text class="axis" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{label}</text>')
+    # A label under its bar fits the bar's slot: shortened with an ellipsis where it must be
+    # (the whole label is the bar's title, shown on hover).
+    fits = max(3, min(MAX_LABEL, int(slot / CHAR_WIDTH) - 1))
     for i, (row, parts_of_row) in enumerate(zip(rows, values, strict=True)):
-        x = LEFT + slot * i + (slot - bar_w) / 2
+        x = left + slot * i + (slot - bar_w) / 2
         label = str(row[label_key])
         total = sum(parts_of_row)
         out.append(
@@ -103,9 +112,10 @@ def stacked_bars(
             )
         out.append("</g>")
         if len(rows) <= 16 or i % max(1, len(rows) // 12) == 0:
-            short = escape(label[5:] if len(label) == 10 and label[4] == "-" else label[:14])
+            short = label[5:] if len(label) == 10 and label[4] == "-" else label
+            short = short if len(short) <= fits else short[: fits - 1] + "…"
             at = f'x="{x + bar_w / 2:.1f}" y="{HEIGHT - 8}"'
-            out.append(f'<text class="axis" {at} text-anchor="middle">{short}</text>')
+            out.append(f'<text class="axis" {at} text-anchor="middle">{escape(short)}</text>')
     if not rows:
         out.append(f'<text class="axis" x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle">no requests yet</text>')
     out.append("</svg>")

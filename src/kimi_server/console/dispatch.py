@@ -24,9 +24,26 @@ class Forwarded:
     content_type: str
     body: AsyncIterator[bytes]
 
+    async def read(self) -> bytes:
+        """The whole body (for short answers: JSON objects, errors)."""
+        return b"".join([piece async for piece in self.body])
 
-async def forward(app: ASGIApp, outer: Scope, path: str, key: str, body: bytes) -> Forwarded:
-    """POSTs ``body`` (JSON) to ``path`` with ``key``; returns once the response has begun."""
+
+@dataclass(frozen=True)
+class Streamed:
+    """A body handed to the inner request piece by piece (an upload, never held whole), with
+    its content type and its length, declared up front as a client would."""
+
+    content_type: str
+    length: int
+    pieces: AsyncIterator[bytes]
+
+
+async def forward(
+    app: ASGIApp, outer: Scope, path: str, key: str, body: bytes | Streamed = b"", *, method: str = "POST"
+) -> Forwarded:
+    """Sends ``body`` (JSON, or a ``Streamed`` one) to ``path`` with ``key``; returns once the
+    response has begun."""
     queue: asyncio.Queue[Message] = asyncio.Queue()
     gone = asyncio.Event()
     sent = False
@@ -34,15 +51,21 @@ async def forward(app: ASGIApp, outer: Scope, path: str, key: str, body: bytes) 
     async def receive() -> Message:
         nonlocal sent
         if not sent:
+            if isinstance(body, bytes):
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            piece = await anext(body.pieces, None)
+            if piece is not None:
+                return {"type": "http.request", "body": piece, "more_body": True}
             sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.request", "body": b"", "more_body": False}
         await gone.wait()
         return {"type": "http.disconnect"}
 
     async def send(message: Message) -> None:
         await queue.put(message)
 
-    scope = _inner_scope(outer, path, key, body)
+    scope = _inner_scope(outer, method, path, key, body)
 
     async def run() -> None:
         try:
@@ -60,13 +83,17 @@ async def forward(app: ASGIApp, outer: Scope, path: str, key: str, body: bytes) 
     return Forwarded(int(start["status"]), headers.get("content-type", "application/json"), _chunks(queue, gone, task))
 
 
-def _inner_scope(outer: Scope, path: str, key: str, body: bytes) -> Scope:
-    """The inner request's scope: a JSON POST bearing ``key``, from the outer request's client."""
+def _inner_scope(outer: Scope, method: str, path: str, key: str, body: bytes | Streamed) -> Scope:
+    """The inner request's scope: bearing ``key``, from the outer request's client."""
+    if isinstance(body, bytes):
+        content_type, length = "application/json", len(body)
+    else:
+        content_type, length = body.content_type, body.length
     scope: Scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "POST",
+        "method": method,
         "scheme": outer.get("scheme", "http"),
         "path": path,
         "raw_path": path.encode(),
@@ -76,8 +103,8 @@ def _inner_scope(outer: Scope, path: str, key: str, body: bytes) -> Scope:
         "server": outer.get("server"),
         "headers": [
             (b"authorization", f"Bearer {key}".encode()),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
+            (b"content-type", content_type.encode("latin-1")),
+            (b"content-length", str(length).encode()),
             (b"accept", b"text/event-stream, application/json"),
         ],
     }

@@ -1,8 +1,9 @@
-"""The key form: HTML form fields to and from the admin API's own request models.
+"""The key and team forms: HTML form fields to and from the admin API's own request models.
 
-The form is built from ``KeyFields``' own fields, so a limit the admin API learns shows up
-here as a plain input without a change to this module; the fields it knows get a fitting
-widget. Values go through the same pydantic models (bounds, types) as the admin API's JSON.
+A form is built from the request model's own fields (``KeyFields``, ``TeamFields``), so a limit
+the admin API learns shows up here as a plain input without a change to this module; the fields
+it knows get a fitting widget. Values go through the same pydantic models (bounds, types) as
+the admin API's JSON.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pydantic import BaseModel, ValidationError
 from kimi_server.console.web import Form, one
 from kimi_server.errors import InvalidRequestError
 from kimi_server.http.admin_router import KeyCreate, KeyFields, KeyUpdate
+from kimi_server.http.admin_teams_router import TeamCreate, TeamFields, TeamUpdate
 
 # Fields with a widget of their own, or none at all.
-SPECIAL = {"models", "expires_at", "allow_unpriced_budget"}
+SPECIAL = {"models", "expires_at", "allow_unpriced_budget", "team", "tags"}
 LABELS = {
     "rpm": "Requests per minute",
     "tpm": "Tokens per minute",
@@ -28,6 +30,7 @@ LABELS = {
     "budget_period": "Budget starts over",
     "soft_budget_usd": "Alert at (USD, webhook)",
     "expires_at": "Expires (UTC)",
+    "capture": "Keep prompts and answers",
 }
 # A field's name where the admin API's ``clear`` spells it otherwise.
 CLEAR_NAMES = {"budget_usd": "budget", "expires_at": "expires", "soft_budget_usd": "soft_budget"}
@@ -68,12 +71,16 @@ def _field(name: str, annotation: Any) -> Field:
     return Field(name, label, "text")
 
 
-def form_fields() -> list[Field]:
-    return [_field(n, f.annotation) for n, f in KeyFields.model_fields.items() if n not in SPECIAL]
+def form_fields(model: type[BaseModel] = KeyFields) -> list[Field]:
+    return [_field(n, f.annotation) for n, f in model.model_fields.items() if n not in SPECIAL]
 
 
-def clearable() -> frozenset[str]:
-    (inner,) = get_args(KeyUpdate.model_fields["clear"].annotation)
+def team_fields() -> list[Field]:
+    return form_fields(TeamFields)
+
+
+def clearable(model: type[BaseModel] = KeyUpdate) -> frozenset[str]:
+    (inner,) = get_args(model.model_fields["clear"].annotation)
     return frozenset(get_args(inner))
 
 
@@ -95,11 +102,11 @@ def _expiry(raw: str) -> str:
     return (at if at.tzinfo else at.replace(tzinfo=UTC)).isoformat()
 
 
-def _fields_of(form: Form) -> tuple[dict[str, Any], set[str]]:
+def _fields_of(form: Form, model: type[BaseModel] = KeyFields) -> tuple[dict[str, Any], set[str]]:
     """The values the form sets, and the names of the fields it left empty."""
     values: dict[str, Any] = {}
     empty: set[str] = set()
-    for field in form_fields():
+    for field in form_fields(model):
         raw = one(form, field.name)
         if field.kind == "check":
             values[field.name] = raw in ("on", "true", "1")
@@ -107,11 +114,8 @@ def _fields_of(form: Form) -> tuple[dict[str, Any], set[str]]:
             values[field.name] = _value(field, raw)
         else:
             empty.add(field.name)
-    expires = one(form, "expires_at")
-    if expires:
-        values["expires_at"] = _expiry(expires)
-    else:
-        empty.add("expires_at")
+    if model is KeyFields:
+        _key_only(form, values, empty)
     models = [m for m in form.get("models", []) if m]
     if models:
         values["models"] = models
@@ -121,7 +125,20 @@ def _fields_of(form: Form) -> tuple[dict[str, Any], set[str]]:
     return values, empty
 
 
-def _validated(model: type[BaseModel], values: dict[str, Any]) -> Any:
+def _key_only(form: Form, values: dict[str, Any], empty: set[str]) -> None:
+    """The key's own widgets: its expiry, its team (a choice) and its tags (comma-separated)."""
+    for name, value in (
+        ("expires_at", _expiry(one(form, "expires_at")) if one(form, "expires_at") else None),
+        ("team", one(form, "team") or None),
+        ("tags", [t.strip() for t in one(form, "tags").split(",") if t.strip()] or None),
+    ):
+        if value is None:
+            empty.add(name)
+        else:
+            values[name] = value
+
+
+def validated(model: type[BaseModel], values: dict[str, Any]) -> Any:
     try:
         return model.model_validate(values)
     except ValidationError as exc:
@@ -133,21 +150,40 @@ def _validated(model: type[BaseModel], values: dict[str, Any]) -> Any:
 def create_body(form: Form) -> KeyCreate:
     values, _ = _fields_of(form)
     values["name"] = one(form, "name")
-    body: KeyCreate = _validated(KeyCreate, values)
+    body: KeyCreate = validated(KeyCreate, values)
     return body
+
+
+def _cleared(empty: set[str], before: dict[str, Any], model: type[BaseModel]) -> list[str]:
+    """``clear`` for each field the form emptied that was set."""
+    allowed = clearable(model)
+    clear = []
+    for name in sorted(empty):
+        spelled = CLEAR_NAMES.get(name, name)
+        if spelled in allowed and before.get(name) not in (None, []):
+            clear.append(spelled)
+    return clear
 
 
 def update_body(form: Form, before: dict[str, Any]) -> KeyUpdate:
     """An update: what the form sets, and ``clear`` for each limit it emptied that was set."""
     values, empty = _fields_of(form)
-    allowed = clearable()
-    clear = []
-    for name in sorted(empty):
-        spelled = CLEAR_NAMES.get(name, name)
-        if spelled in allowed and before.get(name) is not None:
-            clear.append(spelled)
-    values["clear"] = clear
-    body: KeyUpdate = _validated(KeyUpdate, values)
+    values["clear"] = _cleared(empty, before, KeyUpdate)
+    body: KeyUpdate = validated(KeyUpdate, values)
+    return body
+
+
+def team_create_body(form: Form) -> TeamCreate:
+    values, _ = _fields_of(form, TeamFields)
+    values["name"] = one(form, "name")
+    body: TeamCreate = validated(TeamCreate, values)
+    return body
+
+
+def team_update_body(form: Form, before: dict[str, Any]) -> TeamUpdate:
+    values, empty = _fields_of(form, TeamFields)
+    values["clear"] = _cleared(empty, before, TeamUpdate)
+    body: TeamUpdate = validated(TeamUpdate, values)
     return body
 
 

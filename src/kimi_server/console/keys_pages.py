@@ -1,7 +1,8 @@
-"""Keys (the admin key only): list, create (the secret shown once), edit, revoke.
+"""Keys (the admin key only): list, create (the secret shown once), edit, rotate, revoke.
 
 Every change goes through the admin API's own route functions (``http/admin_router.py``),
-with the same request models, checks and errors as ``/admin/v1/keys``.
+with the same request models, checks and errors as ``/admin/v1/keys``, and is recorded in the
+audit trail as this console session's.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import RedirectResponse, Response
 
 from kimi_server.console import key_forms
-from kimi_server.console.session import Viewer, admin_viewer, csrf_ok
-from kimi_server.console.web import error_text, one, page, read_form
-from kimi_server.errors import APIError
+from kimi_server.console.session import Viewer, admin_viewer, console_actor, csrf_ok
+from kimi_server.console.web import Form, error_text, one, page, read_form
+from kimi_server.errors import APIError, InvalidRequestError
 from kimi_server.gate.gateway import Gateway
 from kimi_server.http import admin_router
+from kimi_server.http.admin_router import KeyRotate
 from kimi_server.http.state import app_state
 
 router = APIRouter(prefix="/console/keys", include_in_schema=False)
@@ -35,6 +37,8 @@ KNOWN = {
     "created_at",
     "expires_at",
     "revoked_at",
+    "team",
+    "tags",
 }
 
 
@@ -49,13 +53,20 @@ def served_models(request: Request) -> list[str]:
     return sorted(_gateway(request).keys.rules.known)
 
 
-def _context(request: Request, **extra: Any) -> dict[str, Any]:
-    return {"fields": key_forms.form_fields(), "served": served_models(request), "known": KNOWN, **extra}
+async def _context(request: Request, **extra: Any) -> dict[str, Any]:
+    teams = [t.as_dict() for t in await _gateway(request).teams.list()]
+    return {
+        "fields": key_forms.form_fields(),
+        "served": served_models(request),
+        "known": KNOWN,
+        "teams": teams,
+        **extra,
+    }
 
 
 async def _listing(request: Request, who: Viewer, status: int = 200, **extra: Any) -> Response:
     keys = (await admin_router.list_keys(_gateway(request)))["data"]
-    return page(request, "keys.html", who, status=status, keys=keys, form={}, **_context(request, **extra))
+    return page(request, "keys.html", who, status=status, keys=keys, form={}, **await _context(request, **extra))
 
 
 @router.get("")
@@ -69,7 +80,9 @@ async def create_key(request: Request, who: Viewer = Depends(admin_viewer)) -> R
     if not csrf_ok(who, one(form, "csrf")):
         return page(request, "denied.html", who, status=403, reason="The form expired: reload the page.")
     try:
-        made = await admin_router.create_key(key_forms.create_body(form), _gateway(request))
+        made = await admin_router.create_key(
+            key_forms.create_body(form), _gateway(request), console_actor(request, who)
+        )
     except APIError as exc:
         keys = (await admin_router.list_keys(_gateway(request)))["data"]
         return page(
@@ -80,7 +93,7 @@ async def create_key(request: Request, who: Viewer = Depends(admin_viewer)) -> R
             keys=keys,
             error=error_text(exc),
             form={k: v[0] for k, v in form.items() if v} | {"models": form.get("models", [])},
-            **_context(request),
+            **await _context(request),
         )
     secret = made.pop("secret")
     return page(request, "key_created.html", who, key=made, secret=secret)
@@ -95,7 +108,7 @@ async def _edit_page(request: Request, who: Viewer, key: str, status: int = 200,
         status=status,
         key=record,
         expiry=key_forms.expiry_input(record),
-        **_context(request, **extra),
+        **await _context(request, **extra),
     )
 
 
@@ -113,15 +126,28 @@ async def update_key(request: Request, key: str, who: Viewer = Depends(admin_vie
     if not csrf_ok(who, one(form, "csrf")):
         return page(request, "denied.html", who, status=403, reason="The form expired: reload the page.")
     gw = _gateway(request)
+    actor = console_actor(request, who)
     try:
         before = await admin_router.show_key(key, gw)
-        if one(form, "action") == "revoke":
-            await admin_router.revoke_key(key, gw)
+        action = one(form, "action")
+        if action == "revoke":
+            await admin_router.revoke_key(key, gw, actor)
             return RedirectResponse(f"/console/keys/{before['id']}?revoked=1", status_code=303)
-        await admin_router.update_key(key, key_forms.update_body(form, before), gw)
+        if action == "rotate":
+            made = await admin_router.rotate_key(key, _rotation(form), gw, actor)
+            secret = made.pop("secret")
+            return page(request, "key_created.html", who, key=made, secret=secret, rotated=True)
+        await admin_router.update_key(key, key_forms.update_body(form, before), gw, actor)
     except APIError as exc:
         try:
             return await _edit_page(request, who, key, status=exc.status_code, error=error_text(exc))
         except APIError:
             return page(request, "denied.html", who, status=exc.status_code, reason=error_text(exc))
     return RedirectResponse(f"/console/keys/{before['id']}?saved=1", status_code=303)
+
+
+def _rotation(form: Form) -> KeyRotate:
+    raw = one(form, "grace_seconds") or "0"
+    if not raw.isdigit():
+        raise InvalidRequestError("'grace_seconds' must be a whole number of seconds.", param="grace_seconds")
+    return key_forms.validated(KeyRotate, {"grace_seconds": int(raw)})  # type: ignore[no-any-return]

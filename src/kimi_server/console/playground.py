@@ -25,10 +25,10 @@ MAX_BODY = 4 * 1024 * 1024
 
 def _models(request: Request, who: Viewer) -> dict[str, list[str]]:
     """The models this key may call, each with the efforts it takes."""
-    allowed = who.principal.record.models if who.principal and who.principal.record else None
+    record = who.principal.record if who.principal else None
     out: dict[str, list[str]] = {}
     for model_id in sorted(app_state(request).engines.by_model):
-        if allowed is not None and model_id not in allowed:
+        if record is not None and not record.allows(model_id):  # its own models, and its team's
             continue
         spec = find_model(model_id)
         out[model_id] = list(spec.efforts) if spec else []
@@ -50,8 +50,18 @@ async def playground(request: Request, who: Viewer = Depends(viewer)) -> Respons
     )
 
 
-def _refusal(error: InvalidRequestError | PermissionDeniedError) -> JSONResponse:
+def refusal(error: InvalidRequestError | PermissionDeniedError) -> JSONResponse:
     return JSONResponse(error.to_body(), status_code=error.status_code)
+
+
+def sending_key(who: Viewer, given: object) -> str:
+    """The API key the playground sends with: the signed-in one, or (for the admin, whose own
+    key is not an API key) the one pasted in the page."""
+    if not who.admin:
+        return who.key
+    if not isinstance(given, str) or not given:
+        raise InvalidRequestError("The admin key is not an API key: paste one to send with.", param="key")
+    return given
 
 
 @router.post("/send")
@@ -60,26 +70,22 @@ async def send(request: Request, who: Viewer = Depends(viewer)) -> Response:
     admin, whose own key is not an API key); the header ``X-CSRF-Token`` carries the session's
     token."""
     if not csrf_ok(who, request.headers.get("x-csrf-token")):
-        return _refusal(PermissionDeniedError("The page expired: reload it."))
+        return refusal(PermissionDeniedError("The page expired: reload it."))
     raw = await request.body()
     if len(raw) > MAX_BODY:
-        return _refusal(InvalidRequestError("The request is too large for the playground.", param="body"))
+        return refusal(InvalidRequestError("The request is too large for the playground.", param="body"))
     try:
         sent: Any = json.loads(raw)
     except ValueError:
-        return _refusal(InvalidRequestError("The playground sends JSON.", param="body"))
+        return refusal(InvalidRequestError("The playground sends JSON.", param="body"))
     if not isinstance(sent, dict) or sent.get("endpoint") not in PATHS or not isinstance(sent.get("body"), dict):
-        return _refusal(
+        return refusal(
             InvalidRequestError("'endpoint' must be chat or responses, with a 'body' object.", param="endpoint")
         )
-    key = who.key
-    if who.admin:
-        given = sent.get("key")
-        key = given if isinstance(given, str) else ""
-        if not key:
-            return _refusal(
-                InvalidRequestError("The admin key is not an API key: paste one to send with.", param="key")
-            )
+    try:
+        key = sending_key(who, sent.get("key"))
+    except InvalidRequestError as error:
+        return refusal(error)
     body = json.dumps(sent["body"]).encode()
     answer = await forward(request.app, request.scope, PATHS[sent["endpoint"]], key, body)
     return StreamingResponse(

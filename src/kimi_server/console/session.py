@@ -24,8 +24,10 @@ from fastapi import Request
 from starlette.responses import Response
 
 from kimi_server.errors import AuthenticationError
+from kimi_server.gate.audit import Actor, client_host
 from kimi_server.gate.auth import Principal
-from kimi_server.http.admin_key import is_admin_key
+from kimi_server.gate.request_record import request_record
+from kimi_server.http.admin_key import ADMIN_KEY_ID, is_admin_key
 from kimi_server.http.state import app_state
 
 COOKIE = "kimi_console"
@@ -131,11 +133,22 @@ async def current_viewer(request: Request) -> Viewer | None:
 
 
 async def viewer(request: Request) -> Viewer:
-    """Dependency for every console page but sign-in."""
+    """Dependency for every console page but sign-in. The request's log line names the key."""
     who = await current_viewer(request)
     if who is None:
         raise NotSignedIn
+    request_record(request.scope).key_id = who.key_id or ADMIN_KEY_ID
     return who
+
+
+def signed_in_as(who: Viewer) -> str:
+    """How a session signed in, as the audit trail names it (never the key itself)."""
+    return "admin key" if who.admin else f"key {who.key_id}"
+
+
+def console_actor(request: Request, who: Viewer) -> Actor:
+    """A console session as the audit trail records it, with the browser's address."""
+    return Actor("console", f"console session ({signed_in_as(who)})", client_host(request.scope))
 
 
 async def admin_viewer(request: Request) -> Viewer:

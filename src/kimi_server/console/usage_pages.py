@@ -1,4 +1,4 @@
-"""Usage and spend from the ledger (by key, model and day, split as the ledger splits tokens),
+"""Usage and spend from the ledger (by key, team, tag, model and day, split as the ledger splits tokens),
 and a key's own page. The admin sees every key; a tenant key only its own figures, read
 through the same functions as ``/admin/v1/usage`` and ``/v1/key/info``."""
 
@@ -53,6 +53,8 @@ async def usage(request: Request, days: str = "30", key: str = "", who: Viewer =
     by_day = await _totals(gw, chosen, since, "day")
     by_model = await _totals(gw, chosen, since, "model")
     by_key = await _totals(gw, chosen, since, "key") if who.admin else []
+    by_team = await _totals(gw, chosen, since, "team") if who.admin else []
+    by_tag = await _totals(gw, chosen, since, "tag") if who.admin else []
     budgets = {k["id"]: k for k in keys}
     if not who.admin and gw is not None:
         info = (await key_info_router.key_info(request, who.principal))["info"]  # type: ignore[arg-type]
@@ -71,6 +73,8 @@ async def usage(request: Request, days: str = "30", key: str = "", who: Viewer =
         by_day=by_day,
         by_model=by_model,
         by_key=by_key,
+        by_team=by_team,
+        by_tag=by_tag,
         keys=keys,
         budgets=budgets,
         chosen=chosen or "",

@@ -45,8 +45,9 @@ Form = dict[str, list[str]]
 
 
 def page(request: Request, name: str, who: Viewer | None, status: int = 200, **context: Any) -> Response:
-    # No page of the console may be kept by a shared cache: each is one viewer's.
-    headers = {"cache-control": "no-store", "x-frame-options": "DENY"}
+    # No page of the console may be kept by a shared cache: each is one viewer's. The security
+    # headers come with every console answer (console/headers.py).
+    headers = {"cache-control": "no-store"}
     return templates.TemplateResponse(request, name, {"who": who, **context}, status_code=status, headers=headers)
 
 

@@ -54,6 +54,21 @@ class Engine(Protocol):
 
 
 @runtime_checkable
+class PromptAsker(Protocol):
+    """An engine that can count a request's prompt only by asking the server behind it (an
+    upstream's tokenize endpoint): a round trip too many for every admission, but what a client
+    asking for the count (token estimation, ``count_tokens``) should get."""
+
+    async def ask_prompt_tokens(self, request: GenerationRequest) -> int | None:
+        """The prompt's tokens by the serving model's own tokenizer; None: cannot tell."""
+        ...
+
+    def counts_exactly(self) -> bool:
+        """Whether a text prompt's count is the serving engine's own figure (what it bills)."""
+        ...
+
+
+@runtime_checkable
 class PromptCounter(Protocol):
     """An engine that can tell a request's prompt tokens before it runs (the embedded engine,
     with the model's own tokenizer). Engines without it are sized by characters only."""
@@ -66,4 +81,8 @@ class PromptCounter(Protocol):
     def prompt_token_limit(self) -> int | None:
         """The most prompt tokens one request may bring (an operator's bound, below the
         window); None: only the window bounds it."""
+        ...
+
+    def counts_exactly(self) -> bool:
+        """Whether a text prompt's count is the engine's own figure (what it bills), not a bound."""
         ...

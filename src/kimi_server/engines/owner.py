@@ -1,6 +1,6 @@
 """Which API key the current request belongs to, for per-tenant engine counters.
 
-Set once per request by the admission step (``http/admit.py``); engines read it where they
+Set once per request by the admission pass (``gate/admit.py``); engines read it where they
 count work (``CallCounters``), so they need no key parameter and no tenant ever sees another's
 figures.
 """

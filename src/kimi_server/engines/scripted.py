@@ -28,7 +28,9 @@ class Script:
     prompt_tokens: int = 12
     cached_tokens: int = 0
     fail_after: int | None = None  # raise after this many events
+    stop_sequence: str | None = None  # the client's stop string the answer "hit" (reason "stop")
     delay: float = 0.0
+    looped: bool = False  # a "length" ending is the repetition guard's, not the cap's
 
 
 @dataclass
@@ -82,7 +84,7 @@ class ScriptedEngine:
         reason: FinishReason = "length" if truncated else ("tool_calls" if s.tool_calls else "stop")
         written = s.prompt_tokens - s.cached_tokens if request.cache.separate_writes else 0
         usage = Usage(s.prompt_tokens, s.cached_tokens, written, completion, reasoning_tokens)
-        events.append(Finish(reason, usage))
+        events.append(Finish(reason, usage, s.stop_sequence if reason == "stop" else None, s.looped and truncated))
         try:
             for n, event in enumerate(events):
                 if s.fail_after is not None and n >= s.fail_after:

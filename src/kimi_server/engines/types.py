@@ -6,7 +6,8 @@ Frozen dataclasses: the endpoints build one ``GenerationRequest``; an engine yie
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -22,9 +23,17 @@ class ToolCallRecord:
 
 
 @dataclass(frozen=True)
+class ContentPart:
+    """One part of a message's content: a text, or an image's or a video's URL."""
+
+    kind: Literal["text", "image", "video"]
+    value: str
+
+
+@dataclass(frozen=True)
 class Message:
     role: Role
-    text: str = ""
+    text: str = ""  # the text parts, joined by line breaks
     images: tuple[str, ...] = ()
     videos: tuple[str, ...] = ()
     reasoning: str | None = None
@@ -34,6 +43,34 @@ class Message:
     # Tools a system message declares ("dynamic tools"): callable from this point on. Each is
     # also in GenerationRequest.tools, the union in force; here they say where to render them.
     tools: tuple[ToolSpec, ...] = ()
+    # The content in the client's order where media are among it (an engine that can place an
+    # image between two texts reads this); empty for text alone. text/images/videos hold the
+    # same content by kind, for engines that take it so: ``of_parts`` sets all four.
+    parts: tuple[ContentPart, ...] = ()
+
+    @classmethod
+    def of_parts(cls, role: Role, parts: Iterable[ContentPart], **fields: Any) -> Message:
+        ordered = tuple(parts)
+        media = any(p.kind != "text" for p in ordered)
+        return cls(
+            role,
+            "\n".join(p.value for p in ordered if p.kind == "text"),
+            images=tuple(p.value for p in ordered if p.kind == "image"),
+            videos=tuple(p.value for p in ordered if p.kind == "video"),
+            parts=ordered if media else (),
+            **fields,
+        )
+
+    def with_media_urls(self, urls: Mapping[str, str]) -> Message:
+        """The same message with each media URL found in ``urls`` replaced by its value there."""
+        if not (self.images or self.videos):
+            return self
+        return replace(
+            self,
+            images=tuple(urls.get(u, u) for u in self.images),
+            videos=tuple(urls.get(u, u) for u in self.videos),
+            parts=tuple(p if p.kind == "text" else ContentPart(p.kind, urls.get(p.value, p.value)) for p in self.parts),
+        )
 
 
 @dataclass(frozen=True)
@@ -60,6 +97,16 @@ class OutputFormat:
     schema: dict[str, Any] | None = None
     name: str | None = None
     strict: bool = True
+
+
+@dataclass(frozen=True)
+class AnswerPrefix:
+    """Partial Mode: the text the answer starts with, which the model continues (the client's
+    last assistant message). Not among the request's messages; the answer's content excludes it."""
+
+    text: str
+    name: str | None = None  # the character the model speaks as (role-play)
+    param: str = "partial"  # the request field that carried it, for errors
 
 
 @dataclass(frozen=True)
@@ -96,6 +143,11 @@ class GenerationRequest:
     prompt_param: str = "messages"
     # False: no reasoning phase at all (a contract whose thinking switch the client turned off).
     reasoning: bool = True
+    # Who the request is for, as the client names its own end user (chat's ``user``, Messages'
+    # ``metadata.user_id``): kept in the ledger, never sent to an engine.
+    end_user: str | None = None
+    # Partial Mode: the answer continues this prefix (every engine honours it or refuses it).
+    answer_prefix: AnswerPrefix | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +212,12 @@ class ToolCallDelta:
 class Finish:
     reason: FinishReason
     usage: Usage
+    # Which of the request's stop strings ended the answer, where the engine can tell (reason
+    # "stop"); None: the model ended its turn, or the engine does not report it.
+    stop_sequence: str | None = None
+    # Reason "length" because the embedded engine's repetition guard stopped a looping call,
+    # not because the output cap or the context ran out.
+    looped: bool = False
 
 
 EngineEvent = ReasoningDelta | ContentDelta | ToolCallDelta | Finish

@@ -11,11 +11,11 @@ instead of starting late). Every refusal carries ``Retry-After``.
 
 Use::
 
-    ticket = await admission.admit(key_id)   # may raise OverloadedError / KeyOverShareError
+    place = await admission.admit(key_id)   # may raise OverloadedError / KeyOverShareError
     try:
         ...generate...
     finally:
-        ticket.release()                    # idempotent
+        place.release()                     # idempotent
 
 or ``async with admission.slot(key_id): ...``.
 """
@@ -71,7 +71,7 @@ class AdmissionCounters:
 
 
 @dataclass(eq=False)
-class Ticket:
+class QueuePlace:
     """One admitted request's hold on a slot; ``release`` gives it back (once)."""
 
     admission: Admission
@@ -88,7 +88,7 @@ class Ticket:
 @dataclass(eq=False)
 class _Waiter:
     key_id: str
-    future: asyncio.Future[Ticket] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    future: asyncio.Future[QueuePlace] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class Admission:
@@ -101,6 +101,7 @@ class Admission:
         # Recent waits for a slot, and how long admitted requests held theirs: Retry-After.
         self._wait_seconds: deque[float] = deque(maxlen=64)
         self._held_seconds: deque[float] = deque(maxlen=64)
+        self._holding: set[QueuePlace] = set()  # the places held now: their ages count on a cold server
 
     # -- figures --------------------------------------------------------------------------
 
@@ -134,23 +135,23 @@ class Admission:
     # -- admission ------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def slot(self, key_id: str) -> AsyncIterator[Ticket]:
-        ticket = await self.admit(key_id)
+    async def slot(self, key_id: str) -> AsyncIterator[QueuePlace]:
+        place = await self.admit(key_id)
         try:
-            yield ticket
+            yield place
         finally:
-            ticket.release()
+            place.release()
 
-    def admit_now(self, key_id: str) -> Ticket | None:
-        """A ticket at once when a place is free and nobody waits; None when the request must queue."""
+    def admit_now(self, key_id: str) -> QueuePlace | None:
+        """A place at once when a place is free and nobody waits; None when the request must queue."""
         if self.active < self.limits.slots and not self._waiting:
             return self._grant(key_id, waited=False)
         return None
 
-    async def admit(self, key_id: str) -> Ticket:
-        ticket = self.admit_now(key_id)
-        if ticket is not None:
-            return ticket
+    async def admit(self, key_id: str) -> QueuePlace:
+        place = self.admit_now(key_id)
+        if place is not None:
+            return place
         queued = self._waiting.get(key_id)
         if queued is not None and len(queued) >= self.limits.max_queue_per_key:
             self._count(key_id, "rejected_key_share")
@@ -170,7 +171,7 @@ class Admission:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            ticket = await asyncio.wait_for(asyncio.shield(waiter.future), self.limits.max_wait)
+            place = await asyncio.wait_for(asyncio.shield(waiter.future), self.limits.max_wait)
         except TimeoutError:
             if self._withdraw(waiter):
                 self._count(key_id, "timed_out")
@@ -180,21 +181,23 @@ class Admission:
                     retry_after=self._retry_after(),
                     code="queue_timeout",
                 ) from None
-            ticket = waiter.future.result()  # granted in the same instant: keep it
+            place = waiter.future.result()  # granted in the same instant: keep it
         except asyncio.CancelledError:
             if not self._withdraw(waiter) and waiter.future.done() and not waiter.future.cancelled():
                 waiter.future.result().release()  # granted just as the client left
             self._count(key_id, "left_while_waiting")
             raise
         self._wait_seconds.append(loop.time() - started)
-        return ticket
+        return place
 
-    def _grant(self, key_id: str, *, waited: bool) -> Ticket:
+    def _grant(self, key_id: str, *, waited: bool) -> QueuePlace:
         self._active[key_id] += 1
         self._count(key_id, "admitted")
         if waited:
             self._count(key_id, "queued")
-        return Ticket(self, key_id)
+        place = QueuePlace(self, key_id)
+        self._holding.add(place)
+        return place
 
     def _withdraw(self, waiter: _Waiter) -> bool:
         """Takes a waiter out of the queue; False if it was already granted."""
@@ -206,11 +209,12 @@ class Admission:
             del self._waiting[waiter.key_id]
         return True
 
-    def _release(self, ticket: Ticket) -> None:
-        self._held_seconds.append(time.monotonic() - ticket.granted_at)
-        self._active[ticket.key_id] -= 1
-        if self._active[ticket.key_id] <= 0:
-            del self._active[ticket.key_id]
+    def _release(self, place: QueuePlace) -> None:
+        self._held_seconds.append(time.monotonic() - place.granted_at)
+        self._holding.discard(place)
+        self._active[place.key_id] -= 1
+        if self._active[place.key_id] <= 0:
+            del self._active[place.key_id]
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -237,9 +241,14 @@ class Admission:
     def _retry_after(self) -> int:
         """Seconds until a retry has a fair chance, from what was measured: the typical recent
         wait, or the queue ahead served at the typical time a request holds its slot, whichever
-        is longer. At least one; at most ``max_wait``, since nothing waits longer than that."""
+        is longer. The slots held now count as well, by how long they have been held so far: a
+        cold server that has finished nothing yet still knows its requests take at least that
+        long. At least one; at most ``max_wait``, since nothing waits longer than that."""
         waited = statistics.median(self._wait_seconds) if self._wait_seconds else 0.0
         held = statistics.median(self._held_seconds) if self._held_seconds else 0.0
+        if self._holding:
+            now = time.monotonic()
+            held = max(held, statistics.median(now - place.granted_at for place in self._holding))
         turns = max(1, math.ceil(self.waiting / self.limits.slots))
         estimate = max(waited, held * turns)
         return min(max(1, math.ceil(estimate)), max(1, math.ceil(self.limits.max_wait)))

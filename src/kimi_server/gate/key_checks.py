@@ -24,9 +24,13 @@ MAX_COUNT = 2**31 - 1  # INTEGER columns: PostgreSQL's is 32-bit
 NANO_PLACES = 9  # money is stored as whole nano-dollars
 MAX_BUDGET_USD = Decimal(2**63 - 1).scaleb(-NANO_PLACES)  # BIGINT nano-dollars
 MAX_NAME_CHARS = 200
+MAX_TAGS = 20
+MAX_TAG_CHARS = 64
+MAX_GRACE_SECONDS = 30 * 86_400  # a replaced secret is accepted at most this long after a rotation
 # Stored keys are "key_" + 16 hex digits; a static key's id is 16 hex digits. A name of that
 # shape would make "show KEY" and "usage --key KEY" ambiguous between a name and an id.
 KEY_ID_SHAPE = re.compile(r"(key_)?[0-9a-f]{16}", re.IGNORECASE)
+TEAM_ID_SHAPE = re.compile(r"team_[0-9a-f]{16}", re.IGNORECASE)  # likewise for a team's name
 # Bidirectional overrides and isolates: they reorder what a terminal shows after them.
 _BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
@@ -70,10 +74,12 @@ def check_period(value: str | None, param: str = "budget_period") -> str | None:
     return value
 
 
-def check_soft_budget(soft_nanos: int | None, budget_nanos: int | None, param: str = "soft_budget_usd") -> None:
+def check_soft_budget(
+    soft_nanos: int | None, budget_nanos: int | None, param: str = "soft_budget_usd", whose: str = "key"
+) -> None:
     """A soft budget warns before the budget refuses: it must be below it when both are set."""
     if soft_nanos is not None and budget_nanos is not None and soft_nanos >= budget_nanos:
-        raise InvalidRequestError(f"'{param}' must be less than the key's budget (budget_usd).", param=param)
+        raise InvalidRequestError(f"'{param}' must be less than the {whose}'s budget (budget_usd).", param=param)
 
 
 def check_instant(value: datetime, param: str) -> datetime:
@@ -98,11 +104,36 @@ def check_name(name: str) -> str:
     if not name.strip() or len(name) > MAX_NAME_CHARS:
         raise InvalidRequestError(f"'name' must be 1 to {MAX_NAME_CHARS} characters.", param="name")
     check_text(name, "name")
-    if KEY_ID_SHAPE.fullmatch(name):
+    if KEY_ID_SHAPE.fullmatch(name) or TEAM_ID_SHAPE.fullmatch(name):
         raise InvalidRequestError(
-            "'name' must not look like a key id ('key_' and 16 hex digits, or 16 hex digits).", param="name"
+            "'name' must not look like a key id or a team id ('key_' or 'team_' and 16 hex digits, or 16 hex digits).",
+            param="name",
         )
     return name
+
+
+def check_tags(tags: Iterable[str] | None, param: str = "tags") -> tuple[str, ...] | None:
+    """Tags as stored: trimmed, each 1 to 64 characters without commas, at most 20, in order."""
+    if tags is None:
+        return None
+    kept: list[str] = []
+    for raw in tags:
+        tag = check_text(raw, param).strip()
+        if not tag or len(tag) > MAX_TAG_CHARS or "," in tag:
+            raise InvalidRequestError(
+                f"'{param}': each tag is 1 to {MAX_TAG_CHARS} characters, without commas.", param=param
+            )
+        if tag not in kept:
+            kept.append(tag)
+    if len(kept) > MAX_TAGS:
+        raise InvalidRequestError(f"'{param}': at most {MAX_TAGS} tags.", param=param)
+    return tuple(kept)
+
+
+def check_grace(seconds: int, param: str = "grace_seconds") -> int:
+    if not 0 <= seconds <= MAX_GRACE_SECONDS:
+        raise InvalidRequestError(f"'{param}' must be between 0 and {MAX_GRACE_SECONDS} seconds.", param=param)
+    return seconds
 
 
 @dataclass(frozen=True)

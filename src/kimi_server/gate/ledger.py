@@ -2,7 +2,7 @@
 
 Requests hand their row to the writer and (when they can still answer) wait for its commit, so
 a row is durable before the response's last byte. The writer commits whatever has queued up
-while the previous commit ran, in one transaction with the keys' spend, so concurrent requests
+while the previous commit ran, in one transaction with the keys' (and teams') spend, so concurrent requests
 share one fsync instead of paying one each. Where a commit needs no fsync (SQLite with
 ``synchronous=NORMAL``, the default) and nothing is queued, the rows of the requests that finish
 in one turn of the event loop are committed together at its end, on the loop itself.
@@ -22,12 +22,20 @@ from typing import Any
 from sqlalchemy import insert, update
 
 from kimi_server.store.db import Database
-from kimi_server.store.models import ApiKeyRow, UsageRow
+from kimi_server.store.models import ApiKeyRow, TeamRow, UsageRow
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 500
 BUSY_WAIT = 10.0  # seconds a commit retries a file other workers hold, before it counts as failed
+
+
+@dataclass
+class Spend:
+    """What a batch of rows adds to the stored keys' and the teams' running totals."""
+
+    keys: dict[str, int]
+    teams: dict[str, int]
 
 
 @dataclass
@@ -156,7 +164,7 @@ class Ledger:
         if error is not None:
             log.error("ledger: %d rows could not be written", len(batch))
 
-    async def _commit_with_retries(self, rows: list[dict[str, Any]], spend: dict[str, int]) -> BaseException | None:
+    async def _commit_with_retries(self, rows: list[dict[str, Any]], spend: Spend) -> BaseException | None:
         """Commits the rows, three tries; the last failure, or None once committed."""
         error: BaseException | None = None
         for attempt in range(3):
@@ -169,7 +177,7 @@ class Ledger:
                 await asyncio.sleep(0.05 * (attempt + 1))
         return error
 
-    async def _commit_once(self, rows: list[dict[str, Any]], spend: dict[str, int]) -> None:
+    async def _commit_once(self, rows: list[dict[str, Any]], spend: Spend) -> None:
         inline = self._inline_writer()
         if inline is not None:
             # No fsync: a WAL append takes microseconds, less than a thread hop.
@@ -179,29 +187,37 @@ class Ledger:
         else:
             await self._commit_async(rows, spend)
 
-    async def _commit_async(self, rows: list[dict[str, Any]], spend: dict[str, int]) -> None:
+    async def _commit_async(self, rows: list[dict[str, Any]], spend: Spend) -> None:
         async with self.db.sessions() as session, session.begin():
             await session.execute(insert(UsageRow), rows)
-            for key_id, nanos in spend.items():
+            for key_id, nanos in spend.keys.items():
                 await session.execute(
                     update(ApiKeyRow).where(ApiKeyRow.id == key_id).values(spent_nanos=ApiKeyRow.spent_nanos + nanos)
                 )
+            for team_id, nanos in spend.teams.items():
+                await session.execute(
+                    update(TeamRow).where(TeamRow.id == team_id).values(spent_nanos=TeamRow.spent_nanos + nanos)
+                )
 
 
-def _spend(batch: list[_Pending]) -> dict[str, int]:
-    """What the batch's rows add to each stored key's spend."""
-    spend: dict[str, int] = defaultdict(int)
+def _spend(batch: list[_Pending]) -> Spend:
+    """What the batch's rows add to each stored key's spend, and to each team's."""
+    keys: dict[str, int] = defaultdict(int)
+    teams: dict[str, int] = defaultdict(int)
     for p in batch:
-        if p.stored_key and p.row["cost_nanos"]:
-            spend[p.row["key_id"]] += p.row["cost_nanos"]
-    return spend
+        cost = p.row["cost_nanos"]
+        if p.stored_key and cost:
+            keys[p.row["key_id"]] += cost
+            if p.row.get("team_id"):
+                teams[p.row["team_id"]] += cost
+    return Spend(keys, teams)
 
 
 def _busy(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
 
-async def _commit_when_free(writer: _SqliteWriter, rows: list[dict[str, Any]], spend: dict[str, int]) -> None:
+async def _commit_when_free(writer: _SqliteWriter, rows: list[dict[str, Any]], spend: Spend) -> None:
     """Commits on the event loop, retrying a file another worker holds with short async pauses."""
     deadline = time.monotonic() + BUSY_WAIT
     pause = 0.0002
@@ -225,7 +241,7 @@ class _SqliteWriter:
         self.synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
 
-    def commit(self, rows: list[dict[str, Any]], spend: dict[str, int]) -> None:
+    def commit(self, rows: list[dict[str, Any]], spend: Spend) -> None:
         if self._conn is None:
             # Committed on the event loop (NORMAL), a file another worker holds must not be
             # waited on inside SQLite's sleeping busy handler: the loop would stop. It fails at
@@ -241,8 +257,13 @@ class _SqliteWriter:
             conn.executemany(_INSERT, params)
             conn.executemany(
                 "UPDATE api_keys SET spent_nanos = spent_nanos + ? WHERE id = ?",
-                [(nanos, key_id) for key_id, nanos in spend.items()],
+                [(nanos, key_id) for key_id, nanos in spend.keys.items()],
             )
+            if spend.teams:
+                conn.executemany(
+                    "UPDATE teams SET spent_nanos = spent_nanos + ? WHERE id = ?",
+                    [(nanos, team_id) for team_id, nanos in spend.teams.items()],
+                )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -7,6 +7,8 @@ reservation. Settling returns what the request did not use. A budget works the s
 request is admitted while ``spent + held < budget`` and holds its worst-case cost until it
 settles with the real one. A budget with a period (``periods.py``) starts over when the period
 named in ``Limits.period`` changes: the spent figure is then the ledger's for the new period.
+A request refused while only the holds of requests in flight fill the budget is told so
+(``held``, with a retry time), not that the budget is spent.
 ``redis_limits.py`` runs the same arithmetic atomically in Redis.
 """
 
@@ -15,9 +17,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
-Reason = Literal["requests", "tokens", "quota"]
+Reason = Literal["requests", "tokens", "quota", "held"]
+
+# How long a request refused because the budget is held by requests in flight is asked to wait:
+# holds settle when those requests end, typically within seconds.
+HELD_RETRY_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,31 @@ class Snapshot:
             out[f"x-ratelimit-reset-{kind}"] = duration(max(0.0, limit - left) * 60.0 / limit)
         return out
 
+    def anthropic_headers(self, now: datetime) -> dict[str, str]:
+        """The same figures as Anthropic's door names them (``anthropic-ratelimit-*``, each
+        reset an RFC 3339 time)."""
+        out: dict[str, str] = {}
+        for kind, limit, left in (("requests", self.rpm, self.requests_left), ("tokens", self.tpm, self.tokens_left)):
+            if limit is None:
+                continue
+            reset = now + timedelta(seconds=max(0.0, limit - left) * 60.0 / limit)
+            out[f"anthropic-ratelimit-{kind}-limit"] = str(limit)
+            out[f"anthropic-ratelimit-{kind}-remaining"] = str(max(0, math.floor(left)))
+            out[f"anthropic-ratelimit-{kind}-reset"] = reset.isoformat(timespec="seconds").replace("+00:00", "Z")
+        return out
+
+
+def tighter(a: Snapshot, b: Snapshot) -> Snapshot:
+    """Per kind, the snapshot with less room left (a key's and its team's): what the
+    ``x-ratelimit-*`` headers of a key in a team say."""
+    rpm, requests_left = a.rpm, a.requests_left
+    if rpm is None or (b.rpm is not None and b.requests_left < requests_left):
+        rpm, requests_left = b.rpm, b.requests_left
+    tpm, tokens_left = a.tpm, a.tokens_left
+    if tpm is None or (b.tpm is not None and b.tokens_left < tokens_left):
+        tpm, tokens_left = b.tpm, b.tokens_left
+    return Snapshot(rpm, requests_left, tpm, tokens_left)
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -64,8 +96,11 @@ class Decision:
 class Limiter(Protocol):
     async def reserve(self, key_id: str, limits: Limits, tokens: int, cost_nanos: int) -> Decision: ...
 
-    async def settle(self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int) -> None:
-        """``refund_tokens``: reserved minus used (negative when a request used more)."""
+    async def settle(
+        self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int, requests: int = 0
+    ) -> None:
+        """``refund_tokens``: reserved minus used (negative when a request used more);
+        ``requests``: request units to give back (a reservation undone, not a request ended)."""
         ...
 
     async def peek(self, key_id: str, limits: Limits) -> Snapshot: ...
@@ -77,7 +112,9 @@ class InstantLimiter(Limiter, Protocol):
     """A limiter whose calls never wait (in this process, or in memory shared by the workers):
     a request settles with it on the spot, with no task to run it."""
 
-    def settle_now(self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int) -> None: ...
+    def settle_now(
+        self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int, requests: int = 0
+    ) -> None: ...
 
 
 def duration(seconds: float) -> str:
@@ -156,7 +193,9 @@ class LocalLimiter:
     def reserve_now(self, key_id: str, limits: Limits, tokens: int, cost_nanos: int) -> Decision:
         state = self._state(key_id, limits)
         if limits.budget_nanos is not None and state.spent + state.held >= limits.budget_nanos:
-            return Decision(False, self._snapshot(state, limits), "quota")
+            if state.spent >= limits.budget_nanos:
+                return Decision(False, self._snapshot(state, limits), "quota")
+            return Decision(False, self._snapshot(state, limits), "held", HELD_RETRY_SECONDS)
         if limits.rpm and state.requests.level < 1:
             return Decision(False, self._snapshot(state, limits), "requests", state.requests.wait(limits.rpm, 1))
         if limits.tpm and state.tokens.level <= 0:
@@ -170,11 +209,17 @@ class LocalLimiter:
             state.held += cost_nanos
         return Decision(True, self._snapshot(state, limits))
 
-    async def settle(self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int) -> None:
-        self.settle_now(key_id, limits, refund_tokens, hold_nanos, cost_nanos)
+    async def settle(
+        self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int, requests: int = 0
+    ) -> None:
+        self.settle_now(key_id, limits, refund_tokens, hold_nanos, cost_nanos, requests)
 
-    def settle_now(self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int) -> None:
+    def settle_now(
+        self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int, requests: int = 0
+    ) -> None:
         state = self._state(key_id, limits)
+        if limits.rpm and requests:
+            state.requests.level = min(float(limits.rpm), state.requests.level + requests)
         if limits.tpm:
             state.tokens.level = min(float(limits.tpm), state.tokens.level + refund_tokens)
         if limits.budget_nanos is not None:

@@ -18,15 +18,15 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from kimi_server.gate.limits import Decision, Limits, LocalLimiter, Reason, Snapshot
+from kimi_server.gate.limits import HELD_RETRY_SECONDS, Decision, Limits, LocalLimiter, Reason, Snapshot
 
 log = logging.getLogger(__name__)
 
 # KEYS[1]: the key's hash. ARGV: mode (0 peek, 1 reserve, 2 settle), rpm, tpm, budget
 # (-1: none), spent seed, tokens (reserve: to take; settle: to refund), hold, cost, budget period
-# (a new one restarts the spent figure from the seed).
-# Returns {admitted, reason (0 none, 1 requests, 2 tokens, 3 quota), requests left * 1000,
-# tokens left * 1000, wait ms}.
+# (a new one restarts the spent figure from the seed), request units to give back (settle).
+# Returns {admitted, reason (0 none, 1 requests, 2 tokens, 3 quota, 4 held by requests in
+# flight), requests left * 1000, tokens left * 1000, wait ms}.
 _SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
@@ -34,6 +34,7 @@ local mode, rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local budget, seed = tonumber(ARGV[4]), tonumber(ARGV[5])
 local tokens, hold, cost = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local period = ARGV[9]
+local requests = tonumber(ARGV[10] or 0)
 local h = redis.call('HMGET', KEYS[1], 'r', 'rt', 't', 'tt', 'spent', 'held', 'p')
 local function level(v, at, limit)
   if limit <= 0 then return 0 end
@@ -47,8 +48,10 @@ if (h[7] or '0') == period then spent = math.max(tonumber(h[5] or 0), seed) end
 local held = tonumber(h[6] or 0)
 local admitted, reason, wait = 1, 0, 0
 if mode == 1 then
-  if budget >= 0 and spent + held >= budget then
+  if budget >= 0 and spent >= budget then
     admitted, reason = 0, 3
+  elseif budget >= 0 and spent + held >= budget then
+    admitted, reason, wait = 0, 4, HELD_WAIT
   elseif rpm > 0 and r < 1 then
     admitted, reason, wait = 0, 1, (1 - r) * 60 / rpm
   elseif tpm > 0 and tk <= 0 then
@@ -59,6 +62,7 @@ if mode == 1 then
     if budget >= 0 then held = held + hold end
   end
 elseif mode == 2 then
+  if rpm > 0 then r = math.min(rpm, r + requests) end
   if tpm > 0 then tk = math.min(tpm, tk + tokens) end
   held = math.max(0, held - hold)
   spent = spent + cost
@@ -67,9 +71,9 @@ redis.call('HSET', KEYS[1], 'r', tostring(r), 'rt', tostring(now), 't', tostring
   'spent', tostring(spent), 'held', tostring(held), 'p', period)
 redis.call('EXPIRE', KEYS[1], 900)
 return {admitted, reason, math.floor(r * 1000), math.floor(tk * 1000), math.floor(wait * 1000)}
-"""
+""".replace("HELD_WAIT", repr(HELD_RETRY_SECONDS))
 
-_REASONS: dict[int, Reason] = {1: "requests", 2: "tokens", 3: "quota"}
+_REASONS: dict[int, Reason] = {1: "requests", 2: "tokens", 3: "quota", 4: "held"}
 RETRY_SECONDS = 5.0
 # Generous: a busy event loop can delay a healthy reply, and a false alarm drops to per-instance
 # limits for RETRY_SECONDS.
@@ -89,11 +93,14 @@ class RedisLimiter:
     def degraded(self) -> bool:
         return self._down_since is not None
 
-    async def _run(self, key_id: str, limits: Limits, mode: int, tokens: int, hold: int, cost: int) -> list[int] | None:
+    async def _run(
+        self, key_id: str, limits: Limits, mode: int, tokens: int, hold: int, cost: int, requests: int = 0
+    ) -> list[int] | None:
         if self._down_since is not None and time.monotonic() - self._down_since < RETRY_SECONDS:
             return None
         budget = limits.budget_nanos if limits.budget_nanos is not None else -1
         args = [mode, limits.rpm or 0, limits.tpm or 0, budget, limits.spent_nanos, tokens, hold, cost, limits.period]
+        args.append(requests)
         try:
             result = await self._call(f"{self._prefix}rl:{key_id}", args)
         except (RedisError, OSError) as exc:
@@ -133,9 +140,11 @@ class RedisLimiter:
             return Decision(True, snap)
         return Decision(False, snap, _REASONS[out[1]], out[4] / 1000)
 
-    async def settle(self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int) -> None:
-        if await self._run(key_id, limits, 2, refund_tokens, hold_nanos, cost_nanos) is None:
-            self._local.settle_now(key_id, limits, refund_tokens, hold_nanos, cost_nanos)
+    async def settle(
+        self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int, requests: int = 0
+    ) -> None:
+        if await self._run(key_id, limits, 2, refund_tokens, hold_nanos, cost_nanos, requests) is None:
+            self._local.settle_now(key_id, limits, refund_tokens, hold_nanos, cost_nanos, requests)
 
     async def peek(self, key_id: str, limits: Limits) -> Snapshot:
         out = await self._run(key_id, limits, 0, 0, 0, 0)

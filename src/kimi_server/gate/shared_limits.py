@@ -125,11 +125,15 @@ class MappedLimiter:
     async def reserve(self, key_id: str, limits: Limits, tokens: int, cost_nanos: int) -> Decision:
         return self._apply(key_id, lambda lim: lim.reserve_now(key_id, limits, tokens, cost_nanos))
 
-    async def settle(self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int) -> None:
-        self.settle_now(key_id, limits, refund_tokens, hold_nanos, cost_nanos)
+    async def settle(
+        self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int, requests: int = 0
+    ) -> None:
+        self.settle_now(key_id, limits, refund_tokens, hold_nanos, cost_nanos, requests)
 
-    def settle_now(self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int) -> None:
-        self._apply(key_id, lambda lim: lim.settle_now(key_id, limits, refund_tokens, hold_nanos, cost_nanos))
+    def settle_now(
+        self, key_id: str, limits: Limits, refund_tokens: int, hold_nanos: int, cost_nanos: int, requests: int = 0
+    ) -> None:
+        self._apply(key_id, lambda lim: lim.settle_now(key_id, limits, refund_tokens, hold_nanos, cost_nanos, requests))
 
     async def peek(self, key_id: str, limits: Limits) -> Snapshot:
         return self._apply(key_id, lambda lim: lim._snapshot(lim._state(key_id, limits), limits))

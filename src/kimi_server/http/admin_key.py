@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable, Callable
 
 from kimi_server.errors import APIError, AuthenticationError, PermissionDeniedError
+from kimi_server.gate.auth import Principal
+from kimi_server.gate.auth_throttle import NotTheAdminKey
 from kimi_server.gate.key_hash import digest
+
+ADMIN_KEY_ID = "admin"  # the admin key as the request log line names its caller
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -31,3 +36,17 @@ def admin_key_refusal(admin_key: str | None, authorization: str | None) -> APIEr
     if not is_admin_key(token, admin_key):
         return PermissionDeniedError("This key may not use the admin API.")
     return None
+
+
+async def as_counted(
+    refusal: APIError | None, authorization: str | None, check_key: Callable[[str | None], Awaitable[Principal]]
+) -> APIError | None:
+    """``refusal`` as the throttle should count it: a valid API key refused where the admin key
+    is needed is ``NotTheAdminKey``, no guess (gate/auth_throttle.py)."""
+    if not isinstance(refusal, PermissionDeniedError):
+        return refusal
+    try:
+        await check_key(authorization)
+    except AuthenticationError:
+        return refusal
+    return NotTheAdminKey(refusal.message)

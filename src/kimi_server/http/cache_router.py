@@ -1,7 +1,7 @@
 """``GET /v1/cache/stats``: prompt-cache counters for the caller's namespace.
 
 Only the caller's own figures are shown: server-wide totals would let one key watch another's
-traffic arrive (they are in ``http/overload.py:server_totals``, for operators).
+traffic arrive (they are in ``gate/queues.py:server_totals``, for operators).
 """
 
 from __future__ import annotations

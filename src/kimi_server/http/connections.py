@@ -1,7 +1,9 @@
 """Connection-level limits uvicorn lacks, in its HTTP/1.1 protocol (one object per connection).
 
 Built on uvicorn's httptools protocol: its C parser costs a fraction of h11's pure-Python one
-on every request head.
+on every request head. The subclass reaches into that protocol's internals (``cycle``, ``flow``,
+``pipeline``, ``scope``), which uvicorn does not promise to keep, so the server refuses to start
+on any uvicorn but the one this was written and tested for (``check_uvicorn``).
 
 - **Request head deadline.** uvicorn closes idle keep-alive connections, but a connection that
   sends nothing, or dribbles its headers a byte at a time, would be held open forever. A timer
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, cast
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from kimi_server.errors import APIError, RequestTimeoutError
@@ -38,6 +41,8 @@ from kimi_server.http.errors import error_headers
 from kimi_server.settings import Settings
 
 log = logging.getLogger("kimi_server.connections")
+# The uvicorn whose HTTP protocol EdgeHttp was written against (pinned in pyproject.toml).
+UVICORN_WRITTEN_FOR = "0.54.0"
 BODY_TIMED_OUT = "kimi.body_timed_out"  # scope key: set when this protocol ended a slow body
 TURNED_AWAY_RETRY_AFTER = 2  # seconds; connections free up as requests finish
 LINGER = 2.0  # seconds a turned-away connection may take to read its 503 and close
@@ -255,9 +260,27 @@ class TurnAwayLog:
             self._count, self._last = 0, now
 
 
+class UnsupportedUvicornError(ValueError):
+    """The installed uvicorn is not the one the connection limits were written for."""
+
+
+def check_uvicorn(installed: str | None = None) -> None:
+    """Refuses, with what to do, a uvicorn whose protocol internals may differ from the ones
+    ``EdgeHttp`` relies on: silently broken connection limits would be worse than no start."""
+    installed = installed or uvicorn.__version__
+    if installed != UVICORN_WRITTEN_FOR:
+        raise UnsupportedUvicornError(
+            f"uvicorn {installed} is installed, but kimi-server's connection limits "
+            f"(http/connections.py) build on the HTTP protocol of uvicorn {UVICORN_WRITTEN_FOR}, whose "
+            f"internals change between releases. Install uvicorn=={UVICORN_WRITTEN_FOR} (as pinned in "
+            "requirements.lock), e.g. pip install -r requirements.lock."
+        )
+
+
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for ``uvicorn.run`` that bound idle and slow connections and their
     number. Raises the descriptor limit as far as allowed (once per start)."""
+    check_uvicorn()
     install_accept_error_digest()
     caps = ConnectionCaps.from_settings(settings, raise_descriptor_limit())
     gate = ConnectionGate(caps, on_turn_away=TurnAwayLog(caps))

@@ -55,9 +55,9 @@ class DirectRoutes:
             data = _json_body(raw, _content_type(scope), scope)
             response = await _serve(model, endpoint, request, data)
         except APIError as exc:
-            response = error_response(exc)
+            response = error_response(exc, scope["path"])
         except HTTPException as exc:
-            response = http_error_response(exc)
+            response = http_error_response(exc, scope["path"])
         await response(scope, receive, send)
 
 

@@ -1,8 +1,9 @@
 """The OpenAPI document and the page that browses it (Swagger UI, served from the package).
 
-``/openapi.json`` needs an API key unless ``public_docs`` is set. ``/docs`` and its assets need
-none: they are the same static files in every install and hold no data; the page asks for the
-key, fetches the document with it and puts it in Swagger's Authorize dialog (``swagger/docs.js``).
+``/openapi.json`` needs an API key or the admin key unless ``public_docs`` is set. ``/docs`` and
+its assets need none: they are the same static files in every install and hold no data; the page
+asks for the key, fetches the document with it and puts it in Swagger's Authorize dialog
+(``swagger/docs.js``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from kimi_server.errors import NotFoundError
 from kimi_server.gate.auth import Principal
+from kimi_server.http.admin_key import bearer_token, is_admin_key
 from kimi_server.http.routes import DOCS_ASSETS as ASSETS_PREFIX
 from kimi_server.http.routes import DOCS_PAGE, key_needed
 from kimi_server.http.state import app_state, authenticated
@@ -45,10 +47,15 @@ SECURITY_SCHEMES = {
 
 
 async def docs_access(request: Request) -> Principal | None:
+    """Who may read the document: anyone with ``public_docs``; else an API key (stored keys
+    too) or the admin key, the two keys its Authorize dialog offers."""
     state = app_state(request)
     if state.settings.public_docs:
         return None
-    return await authenticated(request)  # stored keys open the docs too
+    token = bearer_token(request.headers.get("authorization"))
+    if token is not None and state.gateway is not None and is_admin_key(token, state.settings.admin_key):
+        return None
+    return await authenticated(request)  # counted and slowed like any other wrong key
 
 
 router = APIRouter(include_in_schema=False)
@@ -75,7 +82,7 @@ def with_security(schema: dict[str, Any]) -> dict[str, Any]:
     """Says which key each route takes, which is what gives Swagger UI its Authorize button."""
     schema.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
     for path, operations in schema.get("paths", {}).items():
-        needed = key_needed(path, public_docs=False)  # the guard's own table
+        needed = key_needed(path)  # the guard's own table
         if needed is None:
             continue
         scheme = ADMIN_KEY_SCHEME if needed == "admin" else API_KEY_SCHEME

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -13,24 +14,35 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Send
 
 from kimi_server.errors import APIError, InternalServerError, InvalidRequestError
+from kimi_server.http.routes import speaks_anthropic
 from kimi_server.logsafe import log_failure
+from kimi_server.serving.messages_errors import anthropic_error
 
 log = logging.getLogger(__name__)
 
 
-def error_response(error: APIError) -> JSONResponse:
-    return JSONResponse(error.to_body(), status_code=error.status_code, headers=error_headers(error))
+def rendered(error: APIError, path: str) -> tuple[int, dict[str, object]]:
+    """The status and body of ``error`` in the shape of the door ``path`` is on."""
+    if speaks_anthropic(path):
+        return anthropic_error(error)
+    return error.status_code, error.to_body()
 
 
-async def send_error(send: Send, error: APIError, *, close: bool = False) -> None:
+def error_response(error: APIError, path: str = "") -> JSONResponse:
+    status, body = rendered(error, path)
+    return JSONResponse(body, status_code=status, headers=error_headers(error))
+
+
+async def send_error(send: Send, error: APIError, *, close: bool = False, path: str = "") -> None:
     """The same answer as ``error_response``, written by pure ASGI middleware (which answers
     before any route runs). ``close``: the connection ends with it (a body left unread)."""
-    body = json.dumps(error.to_body()).encode()
+    status, shaped = rendered(error, path)
+    body = json.dumps(shaped).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in error_headers(error).items()]
     if close:
         headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -86,6 +98,8 @@ def _path(loc: tuple[Any, ...], body: Any) -> str:
 def validation_error(exc: RequestValidationError) -> InvalidRequestError:
     errors = list(exc.errors())
     body = getattr(exc, "body", None)
+    if isinstance(body, Mapping) and not isinstance(body, dict):
+        body = dict(body)  # a multipart form: its fields are named as a JSON body's are
     # With unions pydantic reports one error per member; the deepest one is the specific one.
     first = max(errors, key=lambda e: len(e.get("loc", ()))) if errors else {"type": "", "loc": ()}
     kind = str(first.get("type", ""))
@@ -106,29 +120,31 @@ def validation_error(exc: RequestValidationError) -> InvalidRequestError:
     return InvalidRequestError(f"Invalid value for '{param}': {msg}.", param=param, code="invalid_value")
 
 
-def http_error_response(exc: StarletteHTTPException) -> JSONResponse:
+def http_error_response(exc: StarletteHTTPException, path: str = "") -> JSONResponse:
     """Starlette's own HTTP errors (unknown path, wrong method, an unparsable body)."""
     names = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}
     etype, code = names.get(exc.status_code, ("invalid_request_error", "http_error"))
     message = "Not found." if exc.status_code == 404 else str(exc.detail)
-    body = {"error": {"message": message, "type": etype, "code": code}}
+    body: dict[str, Any] = {"error": {"message": message, "type": etype, "code": code}}
+    if speaks_anthropic(path):
+        body = {"type": "error", "error": {"type": etype, "message": message}}
     return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(validation_error(exc))
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(validation_error(exc), request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return http_error_response(exc)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return http_error_response(exc, request.url.path)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log_failure(log, "unhandled error", exc)  # no client text in the log
-        return error_response(InternalServerError())
+        return error_response(InternalServerError(), request.url.path)

@@ -18,6 +18,7 @@ from kimi_server.gate.auth import Principal
 from kimi_server.gate.gateway import Gateway, limits_of
 from kimi_server.gate.keys import KeyRecord, usd_text
 from kimi_server.gate.periods import NONE, period_end
+from kimi_server.gate.team_record import TeamRecord
 from kimi_server.gate.usage import usage_totals
 from kimi_server.http.state import app_state, authenticated
 from kimi_server.protocol.common import ErrorBody
@@ -87,6 +88,25 @@ async def _stored_info(gw: Gateway, record: KeyRecord) -> dict[str, Any]:
         "max_output_tokens": fresh.max_output_tokens,
         "created_at": fresh.created_at.isoformat(),
         "expires": fresh.expires_at.isoformat() if fresh.expires_at else None,
+        "tags": list(fresh.tags),
+        "team": _team(fresh.team),
+    }
+
+
+def _team(team: TeamRecord | None) -> dict[str, Any] | None:
+    """The key's team: its limits and budget, shared by all its keys, bound this key's too."""
+    if team is None:
+        return None
+    return {
+        "team_id": team.id,
+        "team_name": team.name,
+        "models": sorted(team.models) if team.models is not None else None,
+        "rpm_limit": team.rpm,
+        "tpm_limit": team.tpm,
+        "max_budget": usd_text(team.budget_nanos) if team.budget_nanos is not None else None,
+        "spend": usd_text(team.budget_spent_nanos),
+        "budget_period": team.budget_period or NONE,
+        "budget_reset_at": _iso(period_end(team.budget_period, team.period_start)),
     }
 
 
@@ -118,6 +138,8 @@ def _static_info(principal: Principal) -> dict[str, Any]:
         "max_output_tokens": None,
         "created_at": None,
         "expires": None,
+        "tags": [],
+        "team": None,
     }
 
 
@@ -125,7 +147,8 @@ def _static_info(principal: Principal) -> dict[str, Any]:
 async def key_info(request: Request, principal: Principal = Depends(authenticated)) -> dict[str, Any]:
     """The calling key's own limits, budget, spend and ledger totals (never its secret, never
     another key's). Amounts are decimal USD strings; ``null`` means no limit (``models``:
-    every served model). ``spend`` and ``budget_remaining`` are within the key's budget period
+    every served model). ``team``: the key's team (its limits and budget are shared by its keys
+    and bound this one's too), or null. ``spend`` and ``budget_remaining`` are within the key's budget period
     (``budget_period``: none, daily, weekly or monthly in UTC; the next starts at
     ``budget_reset_at``); ``total_spend`` is all time. A static ``--api-key`` key gets
     ``stored: false`` and no limits."""

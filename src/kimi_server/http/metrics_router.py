@@ -11,8 +11,8 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from kimi_server.errors import APIError, AuthenticationError, PermissionDeniedError
-from kimi_server.http.admin_key import bearer_token, is_admin_key
-from kimi_server.http.state import app_state
+from kimi_server.http.admin_key import as_counted, bearer_token, is_admin_key
+from kimi_server.http.state import app_state, authenticate
 
 router = APIRouter(include_in_schema=False)
 
@@ -31,9 +31,16 @@ def metrics_refusal(admin_key: str | None, authorization: str | None) -> APIErro
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    settings = app_state(request).settings
-    if not settings.metrics_public:
-        refusal = metrics_refusal(settings.admin_key, request.headers.get("authorization"))
+    state = app_state(request)
+    if not state.settings.metrics_public:
+        authorization = request.headers.get("authorization")
+
+        async def check() -> APIError | None:
+            refusal = metrics_refusal(state.settings.admin_key, authorization)
+            return await as_counted(refusal, authorization, lambda raw: authenticate(state, raw))
+
+        # A wrong admin key here counts as one on /admin/ does (gate/auth_throttle.py).
+        refusal = await state.throttle.screen(request.scope, bearer_token(authorization), "admin", check)
         if refusal is not None:
             raise refusal
     gateway_metrics = request.app.state.kimi_metrics

@@ -2,28 +2,55 @@
 
 Every response gets ``x-request-id`` (the client's own when it is sane, else a new one) and,
 for a key with limits, the ``x-ratelimit-*`` headers the gateway left on the request's record
-(``gate/ticket.py:RequestRecord``, opened here for each request).
+(``gate/request_record.py:RequestRecord``, opened here for each request).
 The log line is JSON with ids, route, status, timings and token counts: never a key or a prompt.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import time
+from datetime import UTC, datetime
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kimi_server.errors import InternalServerError
+from kimi_server.errors import EngineUnavailableError, InternalServerError
 from kimi_server.gate.metrics import Metrics
-from kimi_server.gate.ticket import RECORD, RequestRecord, new_request_id
+from kimi_server.gate.request_record import RECORD, RequestRecord, new_request_id
 from kimi_server.http.errors import send_error
-from kimi_server.http.routes import endpoint_label
+from kimi_server.http.routes import endpoint_label, speaks_anthropic
 from kimi_server.log_json import Fields
 from kimi_server.logsafe import log_failure
 
 log = logging.getLogger("kimi_server.requests")
 _SANE_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+
+
+def added_headers(record: RequestRecord, shown_id: bytes, status: int) -> list[tuple[bytes, bytes]]:
+    """The request's id, and the key's limits where it has any (Retry-After on a 429 only)."""
+    out = [(b"x-request-id", shown_id)]
+    for name, value in (record.ratelimit_headers or {}).items():
+        if name != "retry-after" or status == 429:
+            out.append((name.encode(), value.encode()))
+    return out
+
+
+def anthropic_headers(record: RequestRecord, shown_id: bytes) -> list[tuple[bytes, bytes]]:
+    """What Anthropic's door adds: the request's id under its own name (the SDKs read it), and
+    the key's limits as ``anthropic-ratelimit-*``."""
+    out = [(b"request-id", shown_id)]
+    if record.ratelimit is not None:
+        now = datetime.now(UTC)
+        out += [(k.encode(), v.encode()) for k, v in record.ratelimit.anthropic_headers(now).items()]
+    return out
+
+
+SHUTTING_DOWN = EngineUnavailableError(
+    "The server is shutting down; retry the request.", code="server_shutting_down", retry_after=1
+)
 
 
 class RequestContext:
@@ -40,6 +67,7 @@ class RequestContext:
         record = RequestRecord(new_request_id(), sent if _SANE_ID.fullmatch(sent) else None)
         scope[RECORD] = record
         shown_id = (record.client_request_id or record.request_id).encode()
+        anthropic = speaks_anthropic(scope.get("path", ""))
         status = 500
         status_sent = False
         streaming = False
@@ -48,12 +76,8 @@ class RequestContext:
             nonlocal status, status_sent, streaming
             if message["type"] == "http.response.start":
                 status, status_sent = message["status"], True
-                headers = list(message.get("headers", []))
-                headers.append((b"x-request-id", shown_id))
-                for name, value in (record.ratelimit_headers or {}).items():
-                    if name == "retry-after" and status != 429:
-                        continue
-                    headers.append((name.encode(), value.encode()))
+                headers = [*message.get("headers", []), *added_headers(record, shown_id, status)]
+                headers += anthropic_headers(record, shown_id) if anthropic else []
                 message["headers"] = headers
                 streaming = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in headers)
                 if streaming:
@@ -62,13 +86,21 @@ class RequestContext:
 
         try:
             await self.app(scope, receive, send_with_headers)
+        except asyncio.CancelledError:
+            # uvicorn cancels what still runs when its graceful shutdown runs out (a prompt still
+            # being read): an answer not begun is a 503 to retry elsewhere, not a 500 with a
+            # traceback; a stream already going just ends. The task ends here, as asked.
+            if not status_sent:
+                status = 503
+                with contextlib.suppress(Exception):
+                    await send_error(send_with_headers, SHUTTING_DOWN, path=scope.get("path", ""))
         except Exception as exc:
             # Unhandled errors are answered here rather than by Starlette's outermost
             # handler, so the 500 carries the request id too.
             if status_sent:
                 raise
             log_failure(log, "unhandled error", exc)
-            await send_error(send_with_headers, InternalServerError())
+            await send_error(send_with_headers, InternalServerError(), path=scope.get("path", ""))
         finally:
             if streaming:
                 self.metrics.streams.dec()

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from kimi_server.engines.base import AsyncStream
 from kimi_server.engines.types import ContentDelta, EngineEvent, ReasoningDelta
 from kimi_server.errors import APIError, InternalServerError
 from kimi_server.logsafe import log_failure
 from kimi_server.serving.chat import ChunkBuilder
+from kimi_server.serving.messages_errors import anthropic_error
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 DONE = b"data: [DONE]\n\n"
 
@@ -34,36 +34,6 @@ def data_frame(obj: Any) -> bytes:
 
 def event_frame(event_type: str, obj: Any) -> bytes:
     return f"event: {event_type}\ndata: {_dumps(obj)}\n\n".encode()
-
-
-async def prime(events: AsyncStream[T]) -> Primed[T]:
-    """Pulls the first item now, so failures before any output become plain HTTP errors."""
-    return Primed(await anext(events), events)
-
-
-class Primed(Generic[T]):
-    """The first item, then the rest straight from the source's own ``__anext__``: no
-    generator of its own to resume for every streamed event."""
-
-    def __init__(self, first: T, events: AsyncStream[T]) -> None:
-        self._first: list[T] = [first]
-        self._events = events
-
-    def __aiter__(self) -> Primed[T]:
-        return self
-
-    def __anext__(self) -> Awaitable[T]:
-        if self._first:
-            return _ready(self._first.pop())
-        return self._events.__anext__()
-
-    async def aclose(self) -> None:
-        self._first.clear()
-        await self._events.aclose()
-
-
-async def _ready(item: T) -> T:
-    return item
 
 
 def failure_body(exc: BaseException) -> dict[str, Any]:
@@ -162,3 +132,49 @@ async def chat_sse(chunks: AsyncStream[dict[str, Any]]) -> AsyncGenerator[bytes,
         except Exception as exc:
             yield data_frame(failure_body(exc))
     yield DONE
+
+
+_TEXT_FIELDS = {"text_delta": "text", "thinking_delta": "thinking"}
+
+
+class MessagesFramer:
+    """``event_frame`` for a Messages stream's events, byte for byte; its text and thinking
+    deltas (nearly every event of a stream) from a template per block, encoding just the text."""
+
+    def __init__(self) -> None:
+        self._heads: dict[tuple[int, str], bytes] = {}
+
+    def frame(self, name: str, data: dict[str, Any]) -> bytes:
+        if name == "content_block_delta":
+            delta = data["delta"]
+            field = _TEXT_FIELDS.get(delta.get("type", ""))
+            if field is not None and len(delta) == 2 and len(data) == 3:
+                head = self._head(data["index"], delta["type"], field)
+                return b"".join((head, _dumps(delta[field]).encode(), b"}}\n\n"))
+        return event_frame(name, data)
+
+    def _head(self, index: int, kind: str, field: str) -> bytes:
+        head = self._heads.get((index, kind))
+        if head is None:
+            head = (
+                f'event: content_block_delta\ndata: {{"type":"content_block_delta","index":{index},'
+                f'"delta":{{"type":"{kind}","{field}":'
+            ).encode()
+            self._heads[(index, kind)] = head
+        return head
+
+
+PING = b'event: ping\ndata: {"type":"ping"}\n\n'  # Anthropic's keep-alive
+
+
+async def messages_sse(events: AsyncStream[tuple[str, dict[str, Any]]]) -> AsyncGenerator[bytes, None]:
+    """Messages framing: ``event: <name>`` and one ``data:`` line per event."""
+    framer = MessagesFramer()
+    async for name, data in events:
+        yield framer.frame(name, data)
+
+
+def messages_failure(exc: BaseException) -> bytes:
+    """The ``error`` event of a Messages stream that failed before its first event."""
+    error = exc if isinstance(exc, APIError) else InternalServerError()
+    return event_frame("error", anthropic_error(error)[1])

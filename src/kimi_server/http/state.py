@@ -1,36 +1,27 @@
-"""What the routers need at request time, kept on ``app.state``."""
+"""What the routers need at request time, kept on ``app.state``: the services and the pipeline."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fastapi import Request
 
-from kimi_server.gate.auth import KeyRing, Principal
-from kimi_server.gate.gateway import Gateway
-from kimi_server.gate.ticket import request_record
+from kimi_server.errors import APIError, AuthenticationError
+from kimi_server.gate.auth import Principal
+from kimi_server.gate.request_record import request_record
+from kimi_server.http.admin_key import bearer_token
+from kimi_server.http.credentials import presented
 from kimi_server.http.routes import ADMITTING
-from kimi_server.media.intake import MediaIntake
-from kimi_server.search.searcher import Searcher
-from kimi_server.serving.common import EngineSet
-from kimi_server.serving.sealing import Sealer
-from kimi_server.settings import Settings
+from kimi_server.serving.pipeline import Pipeline
+from kimi_server.serving.services import Services
 
 
-@dataclass
-class AppState:
-    settings: Settings
-    engines: EngineSet
-    keys: KeyRing
-    sealer: Sealer
-    gateway: Gateway | None = None  # None when turned off
-    searcher: Searcher | None = None  # None when no provider
-    media: MediaIntake | None = None
-
-
-def app_state(request: Request) -> AppState:
-    state: AppState = request.app.state.kimi
+def app_state(request: Request) -> Services:
+    state: Services = request.app.state.kimi
     return state
+
+
+def app_pipeline(request: Request) -> Pipeline:
+    pipeline: Pipeline = request.app.state.kimi_pipeline
+    return pipeline
 
 
 async def authenticated(request: Request) -> Principal:
@@ -40,15 +31,28 @@ async def authenticated(request: Request) -> Principal:
     record = request_record(request.scope)
     if record.principal is None:
         # A path the guard lets through without a key, whose route asks for one itself
-        # (``/openapi.json`` unless public, ``/health?deep=1``).
-        record.principal = await authenticate(state, request.headers.get("authorization"))
+        # (``/openapi.json`` unless public, ``/health?deep=1``); throttled as the guard does.
+        authorization = presented(dict(request.scope["headers"]))
+        found: list[Principal] = []
+
+        async def check() -> APIError | None:
+            try:
+                found.append(await authenticate(state, authorization))
+            except AuthenticationError as exc:
+                return exc
+            return None
+
+        refusal = await state.throttle.screen(request.scope, bearer_token(authorization), "api", check)
+        if refusal is not None:
+            raise refusal
+        record.principal = found[0]
     if state.gateway is not None:
         admitting = request.scope["path"] in ADMITTING
         await state.gateway.note_caller(record.principal, record, admitting=admitting)
     return record.principal
 
 
-async def authenticate(state: AppState, authorization: str | None) -> Principal:
+async def authenticate(state: Services, authorization: str | None) -> Principal:
     """An ``Authorization`` header's principal: static keys first (no I/O), then the
     gateway's stored keys; AuthenticationError (401) otherwise."""
     if state.gateway is not None:

@@ -9,8 +9,13 @@ across workers is shared outside them:
   before any worker starts; each worker sees a revoked key within ``key_cache_seconds`` as one
   process does;
 - per-key limits: Redis when configured, else a memory-mapped file in the same private directory
-  (``gate/shared_limits.py``), so RPM, TPM and budgets are exact across workers;
-- ``/metrics``: prometheus-client's multiprocess mode, every worker's series summed.
+  (``gate/shared_limits.py``), so RPM, TPM and budgets are exact across workers; the counts of
+  failed authentications likewise (``gate/failure_counts_mapped.py``);
+- ``/metrics``: prometheus-client's multiprocess mode, every worker's series summed (the
+  console's Live page reads the same).
+
+The parent (``http/supervisor.py``) gives a worker ``worker_start_timeout`` to start, then
+``worker_health_timeout`` to answer each check, and logs why it replaced one.
 
 The embedded engine runs in one process (its model is loaded once), so N > 1 is for servers
 whose every model is relayed to upstreams.
@@ -39,6 +44,7 @@ from kimi_server.settings import Settings
 SETTINGS_ENV = "KIMISERVER_WORKER_SETTINGS"  # not KIMI_*: that prefix is for settings only
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LIMITS_FILE = "limits.map"
+AUTH_FAILURES_FILE = "auth-failures.map"
 
 
 def uses_embedded(engines: EngineSet) -> bool:
@@ -126,6 +132,12 @@ def app() -> FastAPI:
         from kimi_server.gate.shared_limits import MappedLimiter
 
         gateway.limiter = MappedLimiter(Path(os.environ[SETTINGS_ENV]).parent / LIMITS_FILE)
+    if not settings.redis_url:  # failed sign-ins counted alike by every worker
+        from kimi_server.gate.failure_counts_mapped import MappedCounts
+
+        throttle = application.state.kimi.throttle
+        shared = Path(os.environ[SETTINGS_ENV]).parent / AUTH_FAILURES_FILE
+        throttle.counts = MappedCounts(shared, throttle.limits.drain)
     settle_heap()
     return application
 
@@ -143,7 +155,6 @@ def __getattr__(name: str) -> Any:
 def run(settings: Settings, workers: int, options: dict[str, Any]) -> None:
     """Serves with ``workers`` processes; ``options``: uvicorn keyword arguments (no app)."""
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
     migrate_once(settings)
     arguments: dict[str, Any] = {
@@ -151,17 +162,27 @@ def run(settings: Settings, workers: int, options: dict[str, Any]) -> None:
         "factory": True,
         "workers": workers,
         "http": "kimi_server.http.workers:Protocol",
+        # uvicorn's own wait for a replacement's start-up (a SIGHUP restart) takes the same time.
+        "timeout_worker_healthcheck": settings.worker_start_timeout,
     }
     with shared_state(settings):
-        if not hasattr(socket, "SO_REUSEPORT"):  # one socket shared by all (uvicorn's own way)
-            uvicorn.run("kimi_server.http.workers:app", **arguments)
-            return
         config = uvicorn.Config("kimi_server.http.workers:app", **arguments)
-        listener = PortPerWorker.reserve(config.host, config.port, config.backlog)
+        # One socket per worker where the system allows it; else one shared by all.
+        reuse = hasattr(socket, "SO_REUSEPORT")
+        listener = PortPerWorker.reserve(config.host, config.port, config.backlog) if reuse else config.bind_socket()
         try:
-            Multiprocess(config, sockets=[listener]).run()
+            supervisor(settings, config, [listener]).run()
         finally:
             listener.close()
+
+
+def supervisor(settings: Settings, config: Any, sockets: list[socket.socket]) -> Any:
+    """The parent's supervisor, with the settings' start-up and health-check times."""
+    from kimi_server.http.supervisor import Supervisor
+
+    return Supervisor(
+        config, sockets, start_timeout=settings.worker_start_timeout, health_timeout=settings.worker_health_timeout
+    )
 
 
 class PortPerWorker(socket.socket):

@@ -4,11 +4,13 @@ Refused with a 400 unless: the host is on ``media_allowed_hosts``; every address
 to is public (not private, loopback, link-local, multicast, reserved or unspecified); the
 socket actually connected to such an address (checked again on the connection, so DNS that
 changes between the check and the connect gains nothing); a redirect stays on the same host
-(and is checked again); the body fits the size cap and arrives within the timeout.
+(and is checked again, DNS included); the body fits the size cap and arrives within the timeout.
 
-The connection goes to the address that was checked, never to a name resolved again later:
-a small HTTP/1.0 client over asyncio streams (TLS with the host name for SNI and certificate
-checks), so no library resolves behind the check's back.
+The request is httpx's, over a connection opened to the address that was checked, never to a
+name resolved again later: the transport's network backend (``_PinnedBackend``) connects to
+that address whatever host it is asked for, while TLS still verifies the certificate and sends
+SNI for the host name. No proxy from the environment applies, and redirects are followed here,
+one checked hop at a time.
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ import asyncio
 import ipaddress
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
+
+import httpcore
+import httpx
 
 from kimi_server.media.checks import refuse
 
 MAX_REDIRECTS = 3
-MAX_HEADER_BYTES = 64 * 1024
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 AddressRule = Callable[[str], bool]
@@ -54,12 +59,61 @@ def host_allowed(host: str, allowed: Sequence[str]) -> bool:
     return False
 
 
+class _NotPublic(Exception):
+    """The connection's peer is not an address the rule allows."""
+
+
+class _PinnedBackend(httpcore.AsyncNetworkBackend):
+    """Opens every connection to ``address`` (checked already), and checks the peer again."""
+
+    def __init__(self, address: str, address_ok: AddressRule) -> None:
+        self.address = address
+        self.address_ok = address_ok
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109  (httpcore's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._inner.connect_tcp(self.address, port, timeout, local_address, socket_options)
+        peer = stream.get_extra_info("server_addr")
+        if not peer or not self.address_ok(str(peer[0])):
+            await stream.aclose()
+            raise _NotPublic()
+        return stream
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109  (httpcore's interface)
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("media is fetched over TCP only")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _PinnedTransport(httpx.AsyncHTTPTransport):
+    """httpx's own transport with its connections opened by ``_PinnedBackend`` (httpx 0.28
+    takes no network backend of its own; its pool, from httpcore, does)."""
+
+    def __init__(self, backend: _PinnedBackend, tls: ssl.SSLContext) -> None:
+        super().__init__(trust_env=False)
+        self._pool = httpcore.AsyncConnectionPool(ssl_context=tls, max_connections=1, network_backend=backend)
+
+
 @dataclass
 class Fetcher:
     allowed_hosts: Sequence[str]
     timeout_s: float
     resolve: Resolver = system_resolve
     address_ok: AddressRule = is_public  # tests may widen it; operators cannot
+    tls: ssl.SSLContext | None = None  # None: the system's trust store (tests bring their own CA)
 
     async def fetch(self, url: str, where: str, max_bytes: int) -> bytes:
         try:
@@ -85,8 +139,9 @@ class Fetcher:
                     "file as a base64 data URL, or ask the operator to allow the host).",
                     "media_fetch_refused",
                 )
-            status, location, body = await self._get(parts.scheme, host, parts.port, url, where, max_bytes)
-            if status in (301, 302, 303, 307, 308) and location:
+            address = await self._checked_address(host, parts.port or (443 if parts.scheme == "https" else 80), where)
+            status, location, body = await self._get(url, address, where, max_bytes)
+            if status in REDIRECTS and location:
                 url = urljoin(url, location)
                 continue
             if status != 200:
@@ -94,66 +149,44 @@ class Fetcher:
             return body
         raise refuse(where, "the URL redirects too often.", "media_fetch_failed")
 
-    async def _get(
-        self, scheme: str, host: str, port: int | None, url: str, where: str, max_bytes: int
-    ) -> tuple[int, str | None, bytes]:
-        port = port or (443 if scheme == "https" else 80)
+    async def _checked_address(self, host: str, port: int, where: str) -> str:
+        """The address to connect to: the host's, once every address it has is public."""
         try:
             addresses = await self.resolve(host, port)
         except OSError:
             raise refuse(where, f"the host {host!r} could not be resolved.", "media_fetch_failed") from None
         if not addresses or not all(self.address_ok(a) for a in addresses):
             raise refuse(where, "the URL's host has a private or reserved address.", "media_fetch_refused")
-        tls = ssl.create_default_context() if scheme == "https" else None
+        return addresses[0]
+
+    async def _get(self, url: str, address: str, where: str, max_bytes: int) -> tuple[int, str | None, bytes]:
+        transport = _PinnedTransport(_PinnedBackend(address, self.address_ok), self.tls or ssl.create_default_context())
+        # Identity: the size cap counts the bytes as sent, and nothing is inflated here.
+        headers = {"User-Agent": "kimi-server", "Accept": "image/*, video/*", "Accept-Encoding": "identity"}
         try:
-            reader, writer = await asyncio.open_connection(
-                addresses[0], port, ssl=tls, server_hostname=host if tls else None
-            )
-        except (OSError, ssl.SSLError):
+            async with (
+                httpx.AsyncClient(transport=transport, trust_env=False, timeout=self.timeout_s) as client,
+                client.stream("GET", url, headers=headers) as response,
+            ):
+                if response.status_code != 200:
+                    return response.status_code, response.headers.get("location"), b""
+                return 200, None, await _read_capped(response, where, max_bytes)
+        except _NotPublic:
+            raise refuse(where, "the URL's host has a private or reserved address.", "media_fetch_refused") from None
+        except httpx.ConnectError:
             raise refuse(where, "the URL's host could not be reached.", "media_fetch_failed") from None
-        try:
-            peer = writer.get_extra_info("peername")
-            if not peer or not self.address_ok(str(peer[0])):
-                raise refuse(where, "the URL's host has a private or reserved address.", "media_fetch_refused")
-            parts = urlsplit(url)
-            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            writer.write(
-                f"GET {target} HTTP/1.0\r\nHost: {parts.netloc}\r\nUser-Agent: kimi-server\r\n"
-                "Accept: image/*, video/*\r\nConnection: close\r\n\r\n".encode("ascii", "strict")
-            )
-            await writer.drain()
-            return await _read_response(reader, where, max_bytes)
-        except (
-            OSError,
-            ssl.SSLError,
-            UnicodeError,
-            ValueError,
-            IndexError,
-            asyncio.LimitOverrunError,
-            asyncio.IncompleteReadError,
-        ):
+        except (httpx.HTTPError, ssl.SSLError, OSError):
             raise refuse(where, "fetching the URL failed.", "media_fetch_failed") from None
-        finally:
-            writer.close()
 
 
-async def _read_response(reader: asyncio.StreamReader, where: str, max_bytes: int) -> tuple[int, str | None, bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")  # bounded by the reader's 64 KiB limit
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ", 2)[1])
-    headers = {}
-    for line in lines[1:]:
-        if ":" in line:
-            k, v = line.split(":", 1)
-            headers[k.strip().lower()] = v.strip()
-    if status != 200:
-        return status, headers.get("location"), b""
-    length = headers.get("content-length")
-    if length is not None and int(length) > max_bytes:
+async def _read_capped(response: httpx.Response, where: str, max_bytes: int) -> bytes:
+    """The body, refused as soon as it is known to be (or grows) larger than ``max_bytes``."""
+    length = response.headers.get("content-length", "")
+    if length.isdigit() and int(length) > max_bytes:
         raise refuse(where, f"the file is larger than {max_bytes} bytes.", "media_too_large")
     body = bytearray()
-    while chunk := await reader.read(65536):
+    async for chunk in response.aiter_raw():
         body += chunk
         if len(body) > max_bytes:
             raise refuse(where, f"the file is larger than {max_bytes} bytes.", "media_too_large")
-    return status, None, bytes(body)
+    return bytes(body)

@@ -2,7 +2,10 @@
 
 Each image or video part of the wire request is named as the client wrote it
 (``messages[i].content[j]``, ``input[i].content[j]``), checked, and handed on as a ``data:``
-URL carrying exactly the bytes checked, in ``Message.images`` / ``Message.videos``.
+URL carrying exactly the bytes checked, in ``Message.images`` / ``Message.videos`` (and ``parts``).
+A part may be a ``data:`` URL, an ``ms://<file_id>`` reference to a file the calling key uploaded
+(``files/service.py``), or an http(s) URL where the operator allows its host; all three are
+checked alike.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimi_server.engines.types import GenerationRequest
 from kimi_server.errors import InvalidRequestError
@@ -18,7 +21,11 @@ from kimi_server.media.checks import Kind, MediaLimits, check_bytes, decode_data
 from kimi_server.media.fetch import Fetcher
 from kimi_server.settings import Settings
 
+if TYPE_CHECKING:
+    from kimi_server.files.service import FileService
+
 Part = tuple[str, Kind, str]  # where, kind, URL
+FILE_SCHEME = "ms://"  # an uploaded file, as Kimi's platform names one
 
 
 @dataclass
@@ -26,20 +33,15 @@ class MediaIntake:
     limits: MediaLimits
     fetcher: Fetcher
     max_parts: int
+    files: FileService | None = None  # where ms://<file_id> parts are found; None: refused
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> MediaIntake:
-        limits = MediaLimits(
-            max_image_bytes=settings.media_max_image_bytes,
-            max_image_pixels=settings.media_max_image_pixels,
-            max_video_bytes=settings.media_max_video_bytes,
-            max_video_seconds=settings.media_max_video_seconds,
-        )
+    def from_settings(cls, settings: Settings, files: FileService | None = None) -> MediaIntake:
         fetcher = Fetcher(settings.media_allowed_hosts, settings.media_fetch_timeout_s)
-        return cls(limits, fetcher, settings.media_max_parts)
+        return cls(media_limits(settings), fetcher, settings.media_max_parts, files)
 
-    async def check(self, parts: list[Part]) -> dict[str, str]:
-        """URL as sent -> the checked ``data:`` URL."""
+    async def check(self, parts: list[Part], key_id: str | None = None) -> dict[str, str]:
+        """URL as sent -> the checked ``data:`` URL. ``key_id``: whose files ``ms://`` names."""
         if len(parts) > self.max_parts:
             where = parts[self.max_parts][0]
             raise InvalidRequestError(
@@ -54,11 +56,29 @@ class MediaIntake:
             cap = self.limits.max_image_bytes if kind == "image" else self.limits.max_video_bytes
             if url.startswith("data:"):
                 declared, data = decode_data_url(url, where, cap)
+            elif url.startswith(FILE_SCHEME):
+                declared, data = None, await self._uploaded(url, kind, where, key_id)
             else:
                 declared, data = None, await self.fetcher.fetch(url, where, cap)
             checked = await asyncio.to_thread(check_bytes, data, declared, kind, where, self.limits)
             out[url] = checked.data_url()
         return out
+
+    async def _uploaded(self, url: str, kind: Kind, where: str, key_id: str | None) -> bytes:
+        if self.files is None or key_id is None:
+            raise InvalidRequestError(
+                f"'{where}': this server keeps no uploaded files to name with ms://.", param=where, code="invalid_media"
+            )
+        return await self.files.media_part(key_id, url[len(FILE_SCHEME) :], kind, where)
+
+
+def media_limits(settings: Settings) -> MediaLimits:
+    return MediaLimits(
+        max_image_bytes=settings.media_max_image_bytes,
+        max_image_pixels=settings.media_max_image_pixels,
+        max_video_bytes=settings.media_max_video_bytes,
+        max_video_seconds=settings.media_max_video_seconds,
+    )
 
 
 def _url(value: Any) -> str | None:
@@ -105,14 +125,4 @@ def responses_parts(raw_input: Any) -> list[Part]:
 def apply(request: GenerationRequest, checked: Mapping[str, str]) -> GenerationRequest:
     if not checked:
         return request
-    messages = tuple(
-        replace(
-            m,
-            images=tuple(checked.get(u, u) for u in m.images),
-            videos=tuple(checked.get(u, u) for u in m.videos),
-        )
-        if m.images or m.videos
-        else m
-        for m in request.messages
-    )
-    return replace(request, messages=messages)
+    return replace(request, messages=tuple(m.with_media_urls(checked) for m in request.messages))

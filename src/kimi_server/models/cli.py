@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kimi_server.cli_help import plain_flags
+
 from .pull import pull
 from .registry import CATALOGUE, DEFAULT_MODEL, ModelSource
 from .store import LocalModel, ModelPullError, ModelStore
@@ -110,4 +112,4 @@ def _user_errors() -> Iterator[None]:
 
 
 if __name__ == "__main__":
-    models_app()
+    plain_flags(models_app)()

@@ -1,6 +1,11 @@
-"""Downloading a GGUF file from a Hugging Face repository (for machines with internet access).
+"""Downloading a GGUF file from a Hugging Face repository, with the Hub's own client.
 
-Referred to as ``hf:ORG/REPO/FILE.gguf``; stored under ``<models dir>/hf/ORG/REPO/FILE.gguf``.
+Referred to as ``hf:ORG/REPO/FILE.gguf``. ``huggingface_hub`` fetches it into the shared
+Hugging Face cache (``HF_HOME`` / ``HF_HUB_CACHE``: other tools find it there and it is not
+downloaded twice), resumes a broken download, honours ``HF_TOKEN``, ``HF_ENDPOINT`` and offline
+mode (``HF_HUB_OFFLINE=1``: only what the cache holds). The store then records the cached file
+under ``<models dir>/hf/ORG/REPO/FILE.gguf`` (a link to it, or a copy where links are not
+possible), so ``models list`` and ``serve`` see it like any other model.
 """
 
 from __future__ import annotations
@@ -8,22 +13,14 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path, PurePosixPath
-from urllib.parse import quote
 
 import httpx
+from huggingface_hub import constants, errors, hf_hub_download
 from rich.console import Console
 
-from .store import CHUNK_BYTES, HF_PREFIX, ModelPullError, ModelStore, transfer_progress
+from .store import HF_PREFIX, ModelPullError, ModelStore
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
-# Generous read timeout: the CDN can pause between chunks of a multi-GB file.
-_TIMEOUT = httpx.Timeout(30.0, read=120.0)
 _REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_STATUS_HINTS = {
-    401: "the repository is private or gated: pass a token or set HF_TOKEN",
-    403: "access denied: accept the model's terms on its page, or check the token's scope",
-    404: "no such repository, revision or file",
-}
 
 
 def hf_name(repo_id: str, filename: str) -> str:
@@ -49,48 +46,61 @@ def hf_download(
     token: str | None = None,
     sha256: str | None = None,
     console: Console | None = None,
-    transport: httpx.BaseTransport | None = None,
     endpoint: str | None = None,
+    cache_dir: Path | None = None,
+    force: bool = False,
 ) -> Path:
-    """Stream ``filename`` from ``repo_id`` at ``revision`` into the store and return its path.
+    """Fetch ``filename`` of ``repo_id`` at ``revision`` into the Hugging Face cache, record it in
+    the store and return its path there. With ``sha256`` the file is kept only if it matches.
 
-    The token comes from ``token`` or ``$HF_TOKEN``; the endpoint from ``endpoint``,
-    ``$HF_ENDPOINT`` or huggingface.co. With ``sha256`` the file is kept only if it matches.
+    The token comes from ``token``, else ``$HF_TOKEN`` (or ``hf auth login``); the endpoint from
+    ``endpoint``, else ``$HF_ENDPOINT``, else huggingface.co; the cache from ``cache_dir``, else
+    the Hugging Face default.
     """
     _validate(repo_id, filename)
-    url = _resolve_url(endpoint, repo_id, revision, filename)
     name = hf_name(repo_id, filename)
-    console = console or Console(stderr=True)
-    # Identity encoding keeps Content-Length equal to the file's size.
-    headers = {"Accept-Encoding": "identity", **_auth_header(token)}
-    # httpx drops Authorization when a redirect leaves the hub's origin (the CDN URL is signed).
-    with httpx.Client(transport=transport, follow_redirects=True, timeout=_TIMEOUT) as client:
-        try:
-            with client.stream("GET", url, headers=headers) as response:
-                _raise_for_status(response, url)
-                _save(response, store, name, sha256=sha256, origin=url, console=console)
-        except httpx.HTTPError as exc:
-            raise ModelPullError(f"downloading {url} failed: {exc}") from exc
-    return store.file_for(name)
+    endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
+    (console or Console(stderr=True)).print(f"Fetching {name} through the Hugging Face cache...", highlight=False)
+    try:
+        cached = hf_hub_download(
+            repo_id,
+            filename,
+            revision=revision,
+            token=token,
+            endpoint=endpoint,
+            cache_dir=cache_dir,
+            force_download=force,
+        )
+    except (OSError, ValueError, httpx.HTTPError, errors.EntryNotFoundError) as exc:  # the Hub client's errors
+        raise ModelPullError(_explain(exc, name, revision, endpoint, cache_dir)) from exc
+    origin = f"{endpoint or constants.ENDPOINT}/{repo_id}@{revision}"
+    return store.link(name, Path(cached), sha256=sha256, origin=origin)
 
 
-def _save(
-    response: httpx.Response,
-    store: ModelStore,
-    name: str,
-    *,
-    sha256: str | None,
-    origin: str,
-    console: Console,
-) -> None:
-    total = _content_length(response)
-    with (
-        transfer_progress(console, name, total) as advance,
-        store.writer(name, size=total, sha256=sha256, origin=origin) as out,
+def _explain(exc: Exception, name: str, revision: str, endpoint: str | None, cache_dir: Path | None) -> str:
+    """What went wrong, in the user's terms: never a traceback, never the token."""
+    hub = endpoint or constants.ENDPOINT
+    cache = cache_dir or constants.HF_HUB_CACHE
+    offline = constants.HF_HUB_OFFLINE
+    known: list[tuple[type[Exception], str]] = [
+        (errors.GatedRepoError, "the repository is gated: accept the model's terms on its page, then set HF_TOKEN"),
+        (errors.RepositoryNotFoundError, "no such repository, or it is private: check ORG/REPO, or set HF_TOKEN"),
+        (errors.RevisionNotFoundError, f"the repository has no revision {revision!r}"),
+        (errors.RemoteEntryNotFoundError, "the repository has no such file at that revision"),
+    ]
+    for kind, why in known:
+        if isinstance(exc, kind):
+            return f"{name}: {why}"
+    if isinstance(exc, errors.LocalEntryNotFoundError | errors.OfflineModeIsEnabled) or (
+        offline and isinstance(exc, ValueError)
     ):
-        for chunk in response.iter_bytes(CHUNK_BYTES):
-            out.write(chunk)
-            advance(len(chunk))
+        where = "offline mode is on (HF_HUB_OFFLINE)" if offline else f"{hub} could not be reached"
+        return f"{name}: {where} and the file is not in the Hugging Face cache ({cache})"
+    if isinstance(exc, errors.HfHubHTTPError) and exc.response is not None:
+        status = exc.response.status_code
+        hint = " (access denied: check the token's scope)" if status == 403 else ""
+        return f"{name}: {hub} answered HTTP {status}{hint}"
+    return f"{name}: the download failed: {type(exc).__name__}: {exc}"
 
 
 def _validate(repo_id: str, filename: str) -> None:
@@ -100,26 +110,3 @@ def _validate(repo_id: str, filename: str) -> None:
     path = PurePosixPath(filename)
     if path.is_absolute() or ".." in path.parts or path.suffix.lower() != ".gguf":
         raise ModelPullError(f"expected a .gguf file inside the repository, got {filename!r}")
-
-
-def _resolve_url(endpoint: str | None, repo_id: str, revision: str, filename: str) -> str:
-    base = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-    # Revisions such as refs/pr/1 must be one path segment.
-    return f"{base}/{repo_id}/resolve/{quote(revision, safe='')}/{quote(filename)}"
-
-
-def _auth_header(token: str | None) -> dict[str, str]:
-    token = token or os.environ.get("HF_TOKEN")
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def _raise_for_status(response: httpx.Response, url: str) -> None:
-    if response.is_success:
-        return
-    hint = _STATUS_HINTS.get(response.status_code, response.reason_phrase)
-    raise ModelPullError(f"{url}: HTTP {response.status_code}: {hint}")
-
-
-def _content_length(response: httpx.Response) -> int | None:
-    value = response.headers.get("Content-Length", "")
-    return int(value) if value.isdigit() else None

@@ -65,7 +65,7 @@ def pull(name: str, store: ModelStore, *, force: bool = False, console: Console 
     """Make ``name`` (a catalogue name or ``hf:ORG/REPO/FILE.gguf``) present and verified."""
     if name.startswith(HF_PREFIX):
         existing = None if force else store.path_for(name)
-        return existing or hf_download(*parse_hf_ref(name), store, console=console)
+        return existing or hf_download(*parse_hf_ref(name), store, console=console, force=force)
     source = get_source(name)
     if source is None:
         raise ModelPullError(_unknown_model_message(name))

@@ -159,6 +159,27 @@ class ModelStore:
             tmp.unlink(missing_ok=True)
             raise
 
+    def link(self, name: str, source: Path, *, sha256: str | None = None, origin: str = "") -> Path:
+        """Record ``source`` (a file another cache owns, such as Hugging Face's) as ``name``'s GGUF:
+        a symbolic link to it, or a copy where links cannot be made. Kept only if it hashes to
+        ``sha256`` (when given); returns its path in the store."""
+        target = self.file_for(name)
+        digest = _hash_file(source)
+        if sha256 is not None and digest != sha256.lower():
+            raise ModelPullError(f"{target.name}: sha256 {digest} does not match the expected {sha256}; not saved")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}{PARTIAL_SUFFIX}")
+        try:
+            try:
+                tmp.symlink_to(source.resolve())
+            except OSError:  # no links on this file system: a copy of its own
+                shutil.copyfile(source, tmp)
+            _commit(tmp, target, verified=sha256 is not None, sha256=digest, origin=origin)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return target
+
     def adopt(self, name: str, *, size: int, sha256: str, origin: str = "") -> Path | None:
         """Record an unrecorded file already in place (copied by hand, or left by a crash between
         rename and sidecar) if it hashes to the pin; return it, else None."""
@@ -185,7 +206,7 @@ class ModelStore:
         leftovers = [*self.root.rglob(f"*{PARTIAL_SUFFIX}"), *self.root.glob(f"{WORKDIR_PREFIX}*")]
         for path in leftovers:
             with contextlib.suppress(OSError):
-                if path.stat().st_mtime < cutoff:
+                if path.lstat().st_mtime < cutoff:  # lstat: a partial link whose target is gone
                     _remove(path)
 
     def _inside(self, relative: str) -> Path:

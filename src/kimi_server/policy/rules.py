@@ -99,12 +99,16 @@ def _shown(value: object) -> str:
 def resolve_thinking(profile: ContractProfile, value: object, *, param: str = "thinking") -> bool:
     """Whether the request reasons. Under a profile that ignores the field, always (whatever it
     holds: the reference says reasoning is always on); else ``{"type": "enabled" | "disabled"}``
-    with an optional ``keep``, and anything else is a 400 naming the part at fault."""
+    with an optional ``keep``, and anything else is a 400 naming the part at fault. A missing
+    (or null) ``type`` means enabled, the default: Moonshot's clients send ``{"keep": "all"}``
+    or ``{}`` to mean thinking on."""
     if profile.thinking is ThinkingField.IGNORED or value is None:
         return True
     if not isinstance(value, dict):
         raise InvalidRequestError(f'\'{param}\' must be an object such as {{"type": "disabled"}}.', param=param)
     kind = value.get("type")
+    if kind is None:
+        kind = "enabled"
     if kind not in THINKING_TYPES:
         raise InvalidRequestError(
             f"Invalid value for '{param}.type': {_shown(kind)}. Expected 'enabled' or 'disabled'.",

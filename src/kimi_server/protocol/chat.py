@@ -54,6 +54,13 @@ class ChatMessage(WireModel):
     reasoning_content: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    # Partial Mode: the last message, an assistant one, is a prefix the answer continues.
+    partial: bool | None = Field(
+        default=None,
+        description=(
+            "last assistant message only: the answer continues its content (Partial Mode); the response excludes it"
+        ),
+    )
     # Tools a system message declares (Moonshot's "dynamic tools"), checked field by field in
     # serving/system_tools.py so each error names its exact place.
     tools: Any = Field(

@@ -35,32 +35,48 @@ def _index(config: Path | None, index: Path | None) -> LocalIndex:
 @search_app.command("index")
 def index_cmd(
     paths: Annotated[list[Path], typer.Argument(help="Files or directories (text, Markdown, HTML).")],
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="The http(s) URL clients see as the source: one file's own, or, ending in '/', the base "
+            "each file's path below the directory is appended to. Default: a document id (doc:...)."
+        ),
+    ] = None,
     config: ConfigOption = None,
     index: IndexOption = None,
 ) -> None:
-    """Adds documents (a document indexed again replaces itself); a running server sees them at once."""
+    """Adds documents (a document indexed again replaces itself); a running server sees them at once.
+    Clients see each source as its --url or a document id, never its path on this server."""
     try:
-        done = _index(config, index).add(paths)
+        done = _index(config, index).add(paths, url=url)
     except (ValueError, OSError) as exc:
-        errors.print(f"[red]error:[/red] {exc}")
+        errors.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
         raise typer.Exit(1) from None
     for doc in done:
-        console.print(f"indexed {doc.url} ({doc.chars} chars): {doc.title}")
+        console.print(
+            f"indexed {escape(doc.path)} as {escape(doc.url)} ({doc.chars} chars): {escape(doc.title)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(f"{len(done)} document(s) indexed")
 
 
 @search_app.command("list")
 def list_cmd(config: ConfigOption = None, index: IndexOption = None) -> None:
-    """Lists indexed documents."""
+    """Lists indexed documents: the name clients see, the file, its size and title."""
     docs = _index(config, index).documents()
     for doc in docs:
-        console.print(f"{doc.url}\t{doc.chars}\t{doc.title}")
+        console.print(
+            f"{escape(doc.url)}\t{escape(doc.path)}\t{doc.chars}\t{escape(doc.title)}", highlight=False, soft_wrap=True
+        )
     console.print(f"{len(docs)} document(s)")
 
 
 @search_app.command("remove")
 def remove_cmd(
-    targets: Annotated[list[str], typer.Argument(help="Paths or file:// URLs (a directory: all below).")],
+    targets: Annotated[
+        list[str], typer.Argument(help="Document ids, URLs given with --url, or paths (a directory: all below).")
+    ],
     config: ConfigOption = None,
     index: IndexOption = None,
 ) -> None:

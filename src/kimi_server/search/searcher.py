@@ -77,16 +77,27 @@ def fit_budget(hits: tuple[SearchHit, ...], token_budget: int) -> tuple[SearchHi
     return tuple(out)
 
 
+# Everything the server itself writes around search results, for the model to read. Kept
+# here as templates so that an answer repeating them can be recognised (serving/search_echo.py).
+FAILED = "Web search for {query} failed: {error}. Answer without it."
+FOUND_NOTHING = "Web search for {query} found nothing."
+RESULTS_HEADER = "Web search results for {query}:"
+RESULT = "[{n}] {title}\nURL: {url}\n{snippet}"
+RESULTS_FOOTER = "Answer the user's question in your own words from these results."
+SERVER_WORDING = (FAILED, FOUND_NOTHING, RESULTS_HEADER, RESULT, RESULTS_FOOTER)
+
+
 def as_tool_text(outcome: SearchOutcome) -> str:
     """What the model reads as the search's tool result."""
+    query = repr(outcome.query)
     if outcome.error:
-        return f"Web search for {outcome.query!r} failed: {outcome.error}. Answer without it."
+        return FAILED.format(query=query, error=outcome.error)
     if not outcome.hits:
-        return f"Web search for {outcome.query!r} found nothing."
-    lines = [f"Web search results for {outcome.query!r}:"]
+        return FOUND_NOTHING.format(query=query)
+    lines = [RESULTS_HEADER.format(query=query)]
     for n, h in enumerate(outcome.hits, 1):
-        lines.append(f"[{n}] {h.title}\nURL: {h.url}\n{h.snippet}")
-    lines.append("Answer the user's question in your own words from these results.")
+        lines.append(RESULT.format(n=n, title=h.title, url=h.url, snippet=h.snippet))
+    lines.append(RESULTS_FOOTER)
     return "\n\n".join(lines)
 
 

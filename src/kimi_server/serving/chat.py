@@ -6,7 +6,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_server.engines.base import Engine
+from kimi_server.engines.base import AsyncStream
 from kimi_server.engines.types import (
     ContentDelta,
     EngineEvent,
@@ -16,7 +16,7 @@ from kimi_server.engines.types import (
     ToolCallDelta,
     Usage,
 )
-from kimi_server.serving.common import new_id, now
+from kimi_server.serving.common import new_id, now, stopped_by
 
 
 def usage_dict(usage: Usage) -> dict[str, Any]:
@@ -51,12 +51,12 @@ class _CallAccumulator:
         return [self.calls[i] for i in sorted(self.calls)]
 
 
-async def complete(engine: Engine, request: GenerationRequest) -> dict[str, Any]:
+async def complete(events: AsyncStream[EngineEvent], request: GenerationRequest) -> dict[str, Any]:
     reasoning: list[str] = []
     content: list[str] = []
     calls = _CallAccumulator()
     finish: Finish | None = None
-    async for event in engine.generate(request):
+    async for event in events:
         if isinstance(event, ReasoningDelta):
             reasoning.append(event.text)
         elif isinstance(event, ContentDelta):
@@ -80,7 +80,9 @@ async def complete(engine: Engine, request: GenerationRequest) -> dict[str, Any]
         "object": "chat.completion",
         "created": now(),
         "model": request.model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish.reason, "logprobs": None}],
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": finish.reason, "logprobs": None, **stopped_by(finish)}
+        ],
         "usage": usage_dict(finish.usage),
     }
 
@@ -97,10 +99,10 @@ class ChunkBuilder:
             "model": model,
         }
 
-    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: str) -> dict[str, Any]:
         out = {
             **self.base,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None, **extra}],
         }
         if self.include_usage:
             out["usage"] = None
@@ -124,7 +126,7 @@ class ChunkBuilder:
             call["function"] = fn
             return [self.chunk({"tool_calls": [call]})]
         if isinstance(event, Finish):
-            out = [self.chunk({}, event.reason)]
+            out = [self.chunk({}, event.reason, **stopped_by(event))]
             if self.include_usage:
                 out.append({**self.base, "choices": [], "usage": usage_dict(event.usage)})
             return out

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from kimi_server.engines.types import (
+    ContentPart,
     GenerationRequest,
     Message,
     OutputFormat,
@@ -35,6 +36,7 @@ from kimi_server.serving.common import (
     check_tool_choice,
     check_tools,
 )
+from kimi_server.serving.partial import chat_answer_prefix, check_answer_prefix
 from kimi_server.serving.system_tools import declarations, declared_tools, in_force
 
 
@@ -43,38 +45,34 @@ def _url(value: Any) -> str:
 
 
 def convert_message(index: int, msg: ChatMessage, accepts_images: bool) -> Message:
-    texts: list[str] = []
-    images: list[str] = []
-    videos: list[str] = []
+    parts: list[ContentPart] = []
     if isinstance(msg.content, str):
-        texts.append(msg.content)
+        parts.append(ContentPart("text", msg.content))
     elif msg.content is not None:
         for j, part in enumerate(msg.content):
             if isinstance(part, TextPart):
-                texts.append(part.text)
+                parts.append(ContentPart("text", part.text))
                 continue
             if not accepts_images:
-                kind = "image" if isinstance(part, ImagePart) else "video"
+                kind, article = ("image", "an") if isinstance(part, ImagePart) else ("video", "a")
                 raise InvalidRequestError(
-                    f"This model cannot see {kind}s: 'messages[{index}].content[{j}]' is an "
+                    f"This model cannot see {kind}s: 'messages[{index}].content[{j}]' is {article} "
                     f"{part.type} part. Send text only: the models this server runs read text.",
                     param=f"messages[{index}].content[{j}]",
                     code="unsupported_content",
                 )
             if isinstance(part, ImagePart):
-                images.append(_url(part.image_url))
+                parts.append(ContentPart("image", _url(part.image_url)))
             elif isinstance(part, VideoPart):
-                videos.append(_url(part.video_url))
+                parts.append(ContentPart("video", _url(part.video_url)))
     role = "system" if msg.role == "developer" else msg.role
     calls = tuple(
         ToolCallRecord(id=c.id, name=c.function.name, arguments=c.function.arguments, kind=c.type)
         for c in msg.tool_calls or ()
     )
-    return Message(
-        role=role,
-        text="\n".join(texts),
-        images=tuple(images),
-        videos=tuple(videos),
+    return Message.of_parts(
+        role,
+        parts,
         reasoning=msg.reasoning_content,
         tool_calls=calls,
         tool_call_id=msg.tool_call_id,
@@ -105,10 +103,13 @@ def _with_declarations(index: int, msg: ChatMessage, converted: Message, profile
 
 def _tools(body: ChatCompletionRequest) -> list[ToolSpec]:
     out: list[ToolSpec] = []
-    for tool in body.tools or ():
+    for i, tool in enumerate(body.tools or ()):
         if isinstance(tool, FunctionTool):
             fn = tool.function
-            out.append(ToolSpec(fn.name, fn.description, fn.parameters, bool(fn.strict), "function"))
+            # Errors name the field where chat keeps it: tools[i].function.name (not Responses' flat tools[i].name).
+            out.append(
+                ToolSpec(fn.name, fn.description, fn.parameters, bool(fn.strict), "function", f"tools[{i}].function")
+            )
         elif isinstance(tool, BuiltinFunctionTool):
             out.append(ToolSpec(tool.function.name, kind="web_search"))
         else:
@@ -166,8 +167,11 @@ def build_chat_request(
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     if len(stop) > 4:
         raise InvalidRequestError("'stop' takes at most 4 sequences.", param="stop")
+    # Partial Mode: a partial last message is the answer's start, not a turn of the conversation.
+    prefix = chat_answer_prefix(body.messages)
+    turns = body.messages[:-1] if prefix is not None else body.messages
     messages = tuple(
-        _with_declarations(i, m, convert_message(i, m, accepts_images), profile) for i, m in enumerate(body.messages)
+        _with_declarations(i, m, convert_message(i, m, accepts_images), profile) for i, m in enumerate(turns)
     )
     tools = [*_tools(body), *declarations(messages)]
     check_tools(tools, "tools", profile=profile)
@@ -175,6 +179,7 @@ def build_chat_request(
     check_tool_choice(choice, tools, "tool_choice")
     fmt = _output_format(body)
     check_output_format(fmt, "response_format.json_schema")
+    check_answer_prefix(prefix, fmt, choice, tools)
     if choice.mode == "none":
         tools = []
     messages = in_force(messages, tools)
@@ -192,4 +197,6 @@ def build_chat_request(
         stop=stop,
         seed=body.seed,
         reasoning=reasoning,
+        end_user=body.user,
+        answer_prefix=prefix,
     )

@@ -12,6 +12,7 @@ from typing import Any
 from kimi_server.engines.base import Engine
 from kimi_server.engines.types import (
     CachePolicy,
+    Finish,
     OutputFormat,
     ReasoningBudget,
     ToolChoice,
@@ -82,9 +83,11 @@ def check_tools(
     where: Sequence[str] | None = None,
     *,
     profile: ContractProfile = DEFAULT_PROFILE,
+    schema_field: str = "parameters",
 ) -> None:
     """All the tools in force: the request's and those system messages declare. ``where``
-    names each tool's place when it is not ``tool.where`` or ``param[i]`` (namespaces)."""
+    names each tool's place when it is not ``tool.where`` or ``param[i]`` (namespaces);
+    ``schema_field``: the wire name of a tool's schema (Messages: ``input_schema``)."""
     places = [
         where[i] if where is not None and i < len(where) else tool.where or f"{param}[{i}]"
         for i, tool in enumerate(tools)
@@ -119,7 +122,7 @@ def check_tools(
                 )
             continue
         if tool.parameters is not None:
-            check_schema(tool.parameters, f"{at}.parameters", strict=tool.strict, root_object=True)
+            check_schema(tool.parameters, f"{at}.{schema_field}", strict=tool.strict, root_object=True)
             total += schema_size(tool.parameters)
     if total > MAX_TOTAL_SCHEMA_BYTES:
         raise InvalidRequestError(
@@ -163,6 +166,13 @@ def check_output_format(fmt: OutputFormat, param: str) -> None:
             param=f"{param}.schema",
         )
     check_schema(fmt.schema, f"{param}.schema", strict=fmt.strict)
+
+
+def stopped_by(finish: Finish) -> dict[str, str]:
+    """The field a door sets beside its "length" ending where the repetition guard caused it,
+    so a client can tell a looping answer from one the output cap cut (raising the cap would
+    not help it). The reason fields keep the values the official SDKs know."""
+    return {"stopped_by": "repetition_guard"} if finish.looped else {}
 
 
 def new_id(prefix: str) -> str:

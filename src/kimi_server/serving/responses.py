@@ -22,14 +22,14 @@ from kimi_server.engines.types import (
 )
 from kimi_server.errors import APIError
 from kimi_server.logsafe import log_failure
-from kimi_server.serving.common import new_id, now
+from kimi_server.serving.common import new_id, now, stopped_by
 from kimi_server.serving.responses_items import Event, OutputItems
 from kimi_server.serving.responses_object import response_object, usage_dict
 from kimi_server.serving.responses_request import ResponsesPlan
 from kimi_server.serving.sealing import Sealer
 
 log = logging.getLogger(__name__)
-__all__ = ["Event", "ResponseBuilder", "complete", "stream"]
+__all__ = ["Event", "ResponseBuilder", "complete", "failed_events", "stream"]
 
 
 class ResponseBuilder(OutputItems):
@@ -93,7 +93,7 @@ class ResponseBuilder(OutputItems):
         out += self._close_all(status)
         fields: dict[str, Any] = {"completed_at": now(), "usage": usage_dict(finish.usage)}
         if cut:
-            fields["incomplete_details"] = {"reason": "max_output_tokens"}
+            fields["incomplete_details"] = {"reason": "max_output_tokens", **stopped_by(finish)}
         self.final = self.response(status, **fields)
         out.append(self._event(f"response.{status}", response=self.final))
         return out
@@ -123,6 +123,13 @@ async def complete(plan: ResponsesPlan, sealer: Sealer, events: AsyncStream[Engi
         pass
     assert builder.final is not None, "every run ends with a terminal event"
     return builder.final
+
+
+def failed_events(plan: ResponsesPlan, sealer: Sealer, exc: BaseException) -> list[Event]:
+    """The whole sequence of a response that failed before the engine's first event."""
+    builder = ResponseBuilder(plan, sealer)
+    failure = exc if isinstance(exc, Exception) else RuntimeError("the generation was stopped")
+    return [*builder._start(), *builder._fail(failure)]
 
 
 def stream(plan: ResponsesPlan, sealer: Sealer, events: AsyncStream[EngineEvent]) -> AsyncGenerator[Event, None]:

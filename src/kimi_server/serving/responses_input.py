@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from kimi_server.engines.types import Message, ToolCallRecord, ToolSpec
+from kimi_server.engines.types import ContentPart, Message, ToolCallRecord, ToolSpec
 from kimi_server.errors import InvalidRequestError
 from kimi_server.policy.profiles import DEFAULT_PROFILE, ContractProfile
 from kimi_server.protocol.responses import (
@@ -74,13 +74,12 @@ def _image(part: InputImage, where: str, accepts_images: bool) -> str:
 
 
 def _message(item: MessageItem, where: str, accepts_images: bool) -> Message:
-    texts: list[str] = []
-    images: list[str] = []
+    parts: list[ContentPart] = []
     if item.content is None:
         if item.tools is None:
             raise InvalidRequestError(f"Missing required parameter: '{where}.content'.", param=f"{where}.content")
     elif isinstance(item.content, str):
-        texts.append(item.content)
+        parts.append(ContentPart("text", item.content))
     else:
         allowed = ALLOWED_PARTS[item.role]
         for j, part in enumerate(item.content):
@@ -93,26 +92,25 @@ def _message(item: MessageItem, where: str, accepts_images: bool) -> Message:
                     code="invalid_value",
                 )
             if isinstance(part, InputText | OutputText):
-                texts.append(part.text)
+                parts.append(ContentPart("text", part.text))
             elif isinstance(part, Refusal):
-                texts.append(part.refusal)
+                parts.append(ContentPart("text", part.refusal))
             else:
-                images.append(_image(part, at, accepts_images))
+                parts.append(ContentPart("image", _image(part, at, accepts_images)))
     role = "system" if item.role == "developer" else item.role
-    return Message(role, "\n".join(texts), images=tuple(images))
+    return Message.of_parts(role, parts)
 
 
 def _tool_output(output: ToolOutput, call_id: str, where: str, accepts_images: bool) -> Message:
     if isinstance(output, str):
         return Message("tool", output, tool_call_id=call_id)
-    texts: list[str] = []
-    images: list[str] = []
-    for j, part in enumerate(output):
-        if isinstance(part, InputText):
-            texts.append(part.text)
-        else:
-            images.append(_image(part, f"{where}.output[{j}]", accepts_images))
-    return Message("tool", "\n".join(texts), images=tuple(images), tool_call_id=call_id)
+    parts = [
+        ContentPart("text", part.text)
+        if isinstance(part, InputText)
+        else ContentPart("image", _image(part, f"{where}.output[{j}]", accepts_images))
+        for j, part in enumerate(output)
+    ]
+    return Message.of_parts("tool", parts, tool_call_id=call_id)
 
 
 def _declared(item: MessageItem, where: str, profile: ContractProfile) -> tuple[ToolSpec, ...]:

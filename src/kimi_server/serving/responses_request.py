@@ -70,6 +70,7 @@ class ResponsesPlan:
     names: Mapping[str, WireName]
     summary_chars: int
     key_id: str
+    include: tuple[str, ...] = ()  # what the client asked to see of the web-search items
 
 
 def flat_name(name: str, namespace: str | None) -> str:
@@ -294,6 +295,7 @@ def build_responses_request(
         cache=cache_policy(spec, cache, key_id),
         prompt_param="input",
         reasoning=reasoning,
+        end_user=body.safety_identifier or body.user,
     )
     text_echo: dict[str, Any] = {"format": fmt_echo}
     if body.text and body.text.verbosity:
@@ -313,4 +315,4 @@ def build_responses_request(
         "safety_identifier": body.safety_identifier,
         "prompt_cache_key": body.prompt_cache_key,
     }
-    return ResponsesPlan(gen, echo, tools.names, SUMMARY_CHARS[summary], key_id)
+    return ResponsesPlan(gen, echo, tools.names, SUMMARY_CHARS[summary], key_id, tuple(body.include or ()))

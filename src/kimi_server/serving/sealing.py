@@ -1,4 +1,5 @@
-"""Seals reasoning into the Responses ``encrypted_content`` and opens it again.
+"""Seals reasoning into the Responses ``encrypted_content`` (and the Messages thinking
+``signature``, and a Messages web search result's text) and opens it again.
 
 The server keeps no state, so the reasoning of one response travels to the client and back.
 AES-256-GCM authenticates it: a blob that was altered, or sealed by another server or for another
@@ -32,17 +33,18 @@ class Sealer:
         self._aead = AESGCM(key)
 
     @staticmethod
-    def _context(key_id: str) -> bytes:
-        # Binding the API key's id means one tenant cannot replay another tenant's reasoning.
-        return b"kimi-server/reasoning/v1/" + key_id.encode()
+    def _context(key_id: str, purpose: str) -> bytes:
+        # Binding the API key's id means one tenant cannot replay another tenant's reasoning;
+        # binding the purpose, that a blob sealed for one field does not open in another.
+        return f"kimi-server/{purpose}/v1/".encode() + key_id.encode()
 
-    def seal(self, reasoning: str, *, key_id: str) -> str:
+    def seal(self, reasoning: str, *, key_id: str, purpose: str = "reasoning") -> str:
         nonce = secrets.token_bytes(NONCE_BYTES)
         plain = json.dumps({"reasoning": reasoning}, ensure_ascii=False).encode()
-        sealed = self._aead.encrypt(nonce, plain, self._context(key_id))
+        sealed = self._aead.encrypt(nonce, plain, self._context(key_id, purpose))
         return base64.urlsafe_b64encode(VERSION + nonce + sealed).decode("ascii")
 
-    def open(self, blob: str, *, key_id: str, param: str) -> str:
+    def open(self, blob: str, *, key_id: str, param: str, purpose: str = "reasoning") -> str:
         """The reasoning inside ``blob``; a 400 naming ``param`` if it is not ours, intact."""
         refused = InvalidRequestError(
             f"'{param}' could not be verified: it was altered, or it was not issued by this "
@@ -59,7 +61,7 @@ class Sealer:
             raise refused
         nonce, sealed = raw[1 : 1 + NONCE_BYTES], raw[1 + NONCE_BYTES :]
         try:
-            plain = self._aead.decrypt(nonce, sealed, self._context(key_id))
+            plain = self._aead.decrypt(nonce, sealed, self._context(key_id, purpose))
         except InvalidTag:
             raise refused from None
         value = json.loads(plain)["reasoning"]

@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 def verify(
     url: Annotated[str, typer.Argument(help="The endpoint's base URL, e.g. http://127.0.0.1:8000/v1.")],
     key: Annotated[str, typer.Option(help="API key.", envvar="KIMI_API_KEY", show_default="$KIMI_API_KEY")] = "",
+    other_key: Annotated[
+        str,
+        typer.Option(
+            help="A second API key: checks that it cannot see the first key's files.",
+            envvar="KIMI_OTHER_API_KEY",
+            show_default="$KIMI_OTHER_API_KEY",
+        ),
+    ] = "",
     model: Annotated[
         list[str] | None,
         typer.Option(
@@ -32,8 +40,30 @@ def verify(
         list[str] | None, typer.Option(help=f"Run only this group; repeat. Groups: {', '.join(GROUPS)}.")
     ] = None,
     skip: Annotated[list[str] | None, typer.Option(help="Leave this group out; repeat.")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds any one request may take.")] = 120.0,
+    timeout: Annotated[
+        float,
+        typer.Option(min=0.01, help="Seconds any one request may take, first byte to last (a wall-clock deadline)."),
+    ] = 120.0,
+    check_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01, help="Seconds any one check may take, all its requests together.", show_default="3 x --timeout"
+        ),
+    ] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=32, help="Checks in flight at once.")] = 4,
+    anthropic_url: Annotated[
+        str,
+        typer.Option(
+            help="The Messages API's base, as ANTHROPIC_BASE_URL (e.g. http://host:8000/anthropic).",
+            show_default="the URL's host: …/v1/messages",
+        ),
+    ] = "",
+    body_limit: Annotated[
+        int, typer.Option(min=0, help="The endpoint's request-body limit in bytes, to check its 413 (0: not known).")
+    ] = 0,
+    limited_key: Annotated[
+        str, typer.Option(help="A key the endpoint rate-limits (a low requests-per-minute), to check its 429.")
+    ] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Checks an endpoint against the Kimi contract; exit status 1 if any check fails."""
@@ -46,7 +76,18 @@ def verify(
         what = f"unknown group {unknown[0]!r}" if unknown else f"unknown contract {contract!r}"
         err.print(f"[red]error:[/red] {escape(what)} (groups: {', '.join(GROUPS)}; contracts: evolink, moonshot)")
         raise typer.Exit(2)
-    target = Target(url, key, model or [], CONTRACTS[contract], timeout=timeout)
+    target = Target(
+        url,
+        key,
+        model or [],
+        CONTRACTS[contract],
+        timeout=timeout,
+        check_timeout=check_timeout or 0.0,
+        other_key=other_key or None,
+        anthropic_url=anthropic_url,
+        body_limit=body_limit,
+        limited_key=limited_key,
+    )
     try:
         if not target.models:
             target.models = _listed_models(target, err)
@@ -57,11 +98,19 @@ def verify(
         seconds = time.monotonic() - started
     finally:
         target.close()
-    header = f"{target.base_url}  contract {contract}  models {', '.join(target.models)}"
+    header = (
+        f"{target.base_url}  contract {contract}  models {', '.join(target.models)}  "
+        f"deadlines: request {target.timeout:g} s, check {target.check_timeout:g} s"
+    )
     if as_json:
         from kimi_server.verify.report import as_json as render
 
-        meta: dict[str, object] = {"url": target.base_url, "contract": contract, "models": target.models}
+        meta: dict[str, object] = {
+            "url": target.base_url,
+            "contract": contract,
+            "models": target.models,
+            "deadlines": {"request": target.timeout, "check": target.check_timeout},
+        }
         print(render(results, meta, seconds))
     else:
         from kimi_server.verify.report import print_table

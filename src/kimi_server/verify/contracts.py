@@ -54,14 +54,22 @@ class Contract:
     fixed_penalties: bool  # presence / frequency penalties only 0 on fixed-sampling models
     non_thinking_temperature: float | None  # the fixed temperature with thinking disabled
     tool_name_max: int  # the longest tool name accepted
+    thinking_keep: tuple[str, ...] = ()  # values of thinking.keep the switch accepts besides null
 
 
+# Each field is a rule the two disagree on; the ``contract`` group probes every one of them both
+# ways, so a run under the wrong contract fails whichever way round it is.
 CONTRACTS: dict[ContractName, Contract] = {
     "evolink": Contract(
         "evolink", thinking_switch=False, fixed_penalties=False, non_thinking_temperature=None, tool_name_max=64
     ),
     "moonshot": Contract(
-        "moonshot", thinking_switch=True, fixed_penalties=True, non_thinking_temperature=0.6, tool_name_max=256
+        "moonshot",
+        thinking_switch=True,
+        fixed_penalties=True,
+        non_thinking_temperature=0.6,
+        tool_name_max=256,
+        thinking_keep=("all",),
     ),
 }
 

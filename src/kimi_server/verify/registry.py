@@ -20,14 +20,20 @@ CheckFn = Callable[["Target", str], "str | None"]
 GROUPS = (
     "params",
     "effort",
+    "contract",
     "streaming",
     "usage",
     "tools",
     "structured",
+    "partial",
     "dynamic_tools",
     "web_search",
     "media",
+    "files",
+    "estimate",
+    "balance",
     "responses",
+    "messages",
     "errors",
     "cache",
     "latency",
@@ -35,7 +41,8 @@ GROUPS = (
 
 
 # Run alone, after the others: a cache hit must not lose its slot to concurrent requests, and
-# latency figures mean little under the run's own load.
+# latency figures mean little under the run's own load. A check of another group may ask the
+# same (``serial=True``).
 SERIAL = ("cache", "latency")
 
 
@@ -45,17 +52,22 @@ class Check:
     name: str
     fn: CheckFn
     per_model: bool
+    serial: bool = False  # run alone, after the concurrent checks
+
+    @property
+    def alone(self) -> bool:
+        return self.serial or self.group in SERIAL
 
 
 REGISTRY: list[Check] = []
 
 
-def check(group: str, name: str, *, per_model: bool = False) -> Callable[[CheckFn], CheckFn]:
+def check(group: str, name: str, *, per_model: bool = False, serial: bool = False) -> Callable[[CheckFn], CheckFn]:
     if group not in GROUPS:
         raise ValueError(f"unknown group {group!r}")
 
     def register(fn: CheckFn) -> CheckFn:
-        REGISTRY.append(Check(group, name, fn, per_model))
+        REGISTRY.append(Check(group, name, fn, per_model, serial))
         return fn
 
     return register

@@ -1,7 +1,8 @@
 """Runs the chosen checks, a few at a time (most wait on the endpoint, and a server batches
-concurrent requests), then the serial groups alone; results keep the registry's order. A check
-that raises anything unexpected (a timeout, a refused connection, a body the SDK cannot parse)
-fails with that as its reason."""
+concurrent requests), then the serial checks alone; results keep the registry's order. Each
+check runs under its wall-clock deadline (``verify/deadline.py``): one that runs out fails
+naming the deadline that ended it. A check that raises anything else unexpected (a refused
+connection, a body the SDK cannot parse) fails with that as its reason."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 
+from kimi_server.verify.deadline import DeadlinePassed, check_deadline, timed_out_reason
 from kimi_server.verify.outcome import Failed, Info, Result, Skipped, Status
-from kimi_server.verify.registry import SERIAL, Check, load
+from kimi_server.verify.registry import Check, load
 from kimi_server.verify.target import Target
 
 Job = tuple[Check, str, str]  # the check, the model, the name printed
@@ -39,36 +41,43 @@ def run(
             on_result(result)
         return result
 
-    together = [j for j in jobs if j[0].group not in SERIAL]
+    together = [n for n, j in enumerate(jobs) if not j[0].alone]
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        results = list(pool.map(one, together))
-    results += [one(j) for j in jobs if j[0].group in SERIAL]
-    return results
+        results = dict(zip(together, pool.map(lambda n: one(jobs[n]), together), strict=True))
+    results.update((n, one(j)) for n, j in enumerate(jobs) if j[0].alone)
+    return [results[n] for n in range(len(jobs))]
+
+
+TIMED_OUT = (httpx.TimeoutException, openai.APITimeoutError, DeadlinePassed)
 
 
 def run_one(target: Target, chk: Check, model: str, name: str) -> Result:
     started = time.monotonic()
+    with check_deadline(target.check_timeout) as deadline:
+        result = _outcome(target, chk, model)
+    status, detail = result if result is not None else (Status.FAIL, timed_out_reason(deadline, target.timeout))
+    return Result(chk.group, name, status, one_line(detail), time.monotonic() - started)
 
-    def done(status: Status, detail: str) -> Result:
-        return Result(chk.group, name, status, one_line(detail), time.monotonic() - started)
 
+def _outcome(target: Target, chk: Check, model: str) -> tuple[Status, str] | None:
+    """The check's status and detail; None when a deadline ended it."""
     try:
         note = chk.fn(target, model)
     except Failed as exc:
-        return done(Status.FAIL, str(exc))
+        return Status.FAIL, str(exc)
     except Skipped as exc:
-        return done(Status.SKIP, str(exc))
+        return Status.SKIP, str(exc)
     except Info as exc:
-        return done(Status.INFO, str(exc))
-    except (httpx.TimeoutException, openai.APITimeoutError):
-        return done(Status.FAIL, f"no answer within {target.timeout:g} s (client timeout)")
+        return Status.INFO, str(exc)
+    except TIMED_OUT:
+        return None
     except openai.APIStatusError as exc:
-        return done(Status.FAIL, f"HTTP {exc.status_code}: {exc.message}")
+        return Status.FAIL, f"HTTP {exc.status_code}: {exc.message}"
     except (httpx.HTTPError, openai.APIError) as exc:
-        return done(Status.FAIL, f"{type(exc).__name__}: {exc}")
+        return Status.FAIL, f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # a body the check could not read is the endpoint's failure too
-        return done(Status.FAIL, f"unexpected answer ({type(exc).__name__}: {exc})")
-    return done(Status.PASS, note or "")
+        return Status.FAIL, f"unexpected answer ({type(exc).__name__}: {exc})"
+    return Status.PASS, note or ""
 
 
 def one_line(text: str, limit: int = 200) -> str:

@@ -1,5 +1,6 @@
 """The endpoint under test: the ``openai`` SDK for what a client sees, raw HTTP for statuses,
-error bodies and SSE framing. Every request has a timeout, so no check can hang a run."""
+error bodies and SSE framing. Both go through one client whose requests end by their wall-clock
+deadline (``verify/transport.py``), so no check can hang a run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 import httpx
 import openai
 
+from kimi_server.verify import deadline, transport
 from kimi_server.verify.contracts import Contract, ModelRules, rules_for
 from kimi_server.verify.outcome import Failed, expect
 
@@ -30,15 +32,28 @@ class Target:
     key: str
     models: list[str]  # every model id under test; the first is the one most checks use
     contract: Contract
-    timeout: float = 120.0
+    timeout: float = 120.0  # each request's wall-clock deadline, seconds
+    check_timeout: float = 0.0  # each check's; 0: three requests' worth
+    other_key: str | None = None  # a second key, for the checks that one key cannot see another's
+    anthropic_url: str = ""  # the Messages door's base (…/anthropic); empty: the OpenAI base's host
+    body_limit: int = 0  # the request-body limit the endpoint states, bytes; 0: not stated
+    limited_key: str = ""  # a key the endpoint rate-limits; empty: none given
     memo: dict[str, Any] = field(default_factory=dict)  # answers several checks inspect
     _locks: dict[str, threading.Lock] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
-        self.http = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=10.0))
-        self.sdk = openai.OpenAI(base_url=self.base_url, api_key=self.key, max_retries=0, timeout=self.timeout)
+        if self.check_timeout <= 0:
+            self.check_timeout = 3 * self.timeout
+        self.http = transport.client(self.base_url, self.timeout)
+        # One client for both, so the SDK's requests keep the same deadlines. The SDK takes an
+        # httpx client as well as its own httpx2 one (it checks for either), though its
+        # annotation names only the latter.
+        sdk_client: Any = self.http
+        self.sdk = openai.OpenAI(
+            base_url=self.base_url, api_key=self.key, max_retries=0, timeout=self.timeout, http_client=sdk_client
+        )
 
     def close(self) -> None:
         self.http.close()
@@ -48,11 +63,34 @@ class Target:
         """``make()`` asked once per run, however many checks (threads) want its answer."""
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
+        deadline.acquire(lock)  # the check asking first fetches it, under its own deadline
+        try:
             if key not in self.memo:
                 self.memo[key] = make()
             value: T = self.memo[key]
             return value
+        finally:
+            lock.release()
+
+    def listed(self) -> dict[str, dict[str, Any]]:
+        """The endpoint's ``GET /models``: model id -> the object it lists (empty when it lists
+        nothing readable): what the endpoint says about each model."""
+        return self.once("listing", self._listing)
+
+    def _listing(self) -> dict[str, dict[str, Any]]:
+        resp = self.http.get(self.base_url + "/models", headers={"Authorization": f"Bearer {self.key}"})
+        try:
+            data = resp.json().get("data") if resp.status_code == 200 else None
+        except (ValueError, AttributeError):
+            data = None
+        listed = data if isinstance(data, list) else []
+        return {str(m["id"]): m for m in listed if isinstance(m, dict) and "id" in m}
+
+    def declared(self, model: str, capability: str) -> bool | None:
+        """What ``GET /models`` says the model has (``capabilities.<name>``); None: it does not say."""
+        capabilities = self.listed().get(model, {}).get("capabilities")
+        value = capabilities.get(capability) if isinstance(capabilities, dict) else None
+        return value if isinstance(value, bool) else None
 
     @property
     def model(self) -> str:
@@ -90,7 +128,8 @@ class Target:
     def refused(self, path: str, body: Any, *, param: str | None = None, status: int = 400) -> dict[str, Any]:
         """A request that must be refused with ``status`` in the error shape, naming ``param``."""
         resp = self.post(path, body)
-        expect(resp.status_code == status, f"expected {status}, got {resp.status_code}: {error_text(resp)[:120]}")
+        got = "200 (accepted)" if resp.status_code == 200 else f"{resp.status_code}: {error_text(resp)[:120]}"
+        expect(resp.status_code == status, f"expected {status}, got {got}")
         error = error_shape(resp)
         if param is not None:
             named = f"{error.get('param') or ''} {error.get('message') or ''}"
@@ -99,8 +138,11 @@ class Target:
 
     def events(self, path: str, body: dict[str, Any]) -> Iterator[tuple[str | None, str]]:
         """(event name, data) for each SSE event of a streamed answer, ``[DONE]`` included."""
-        headers = {"Authorization": f"Bearer {self.key}"}
-        with self.http.stream("POST", self.base_url + path, json=body, headers=headers) as resp:
+        return self.sse(self.base_url + path, body, {"Authorization": f"Bearer {self.key}"})
+
+    def sse(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> Iterator[tuple[str | None, str]]:
+        """(event name, data) for each SSE event the POST to ``url`` answers with."""
+        with self.http.stream("POST", url, json=body, headers=headers) as resp:
             if resp.status_code != 200:
                 resp.read()
                 raise Failed(f"HTTP {resp.status_code}: {error_text(resp)}")

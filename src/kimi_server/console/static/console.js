@@ -1,3 +1,12 @@
+// The console's page behaviour lives in files, never inline: the Content-Security-Policy
+// (console/headers.py) runs no inline script or handler.
+
+// Forms that ask first: <form data-confirm="question"> is sent only if the person agrees.
+document.addEventListener("submit", (event) => {
+  const form = event.target.closest("form[data-confirm]");
+  if (form && !window.confirm(form.dataset.confirm)) event.preventDefault();
+});
+
 // Copy buttons: <button data-copy="#selector"> copies that element's value or text.
 document.addEventListener("click", (event) => {
   const button = event.target.closest("[data-copy]");

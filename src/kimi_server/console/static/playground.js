@@ -1,23 +1,33 @@
-// The playground: builds a Chat Completions or Responses request, sends it through
-// /console/playground/send (the server adds the signed-in key), and draws the answer as it
-// streams: reasoning apart from the answer, tool calls and web-search sources as such.
-"use strict";
+// The playground: a conversation with a model through /console/playground/send (the server
+// adds the signed-in key). Every turn is kept and sent again with the next message, on either
+// endpoint; answers stream in as the server sends them, drawn as markdown (markdown.js: DOM
+// calls only, no markup from the model), with the reasoning apart, and say why they stopped.
+// A turn can be edited, an answer regenerated, an image attached, the whole exported as JSON.
+// A document (PDF, Word, HTML, text) is read by the Files API as the sending key, through
+// /console/playground/files, and its text goes as a system message before the conversation.
+import { StreamError, chatMessages, responsesInput, runChat, runResponses } from "./playground_api.js";
+import {
+  addSource, addToolCall, drawAnswer, drawAssistant, drawUser, el, replay, showError, showRefusal, showStop, showUsage,
+} from "./playground_turns.js";
 
 const form = document.getElementById("play-form");
 const models = JSON.parse(document.getElementById("models-data").textContent);
 const $ = (id) => document.getElementById(id);
-const SEARCH_ROUNDS = 3; // chat: $web_search calls answered before giving up
-let controller = null;
+const MAX_IMAGE_BYTES = 2 * 1024 * 1024; // the playground's own request stays under its 4 MB bound
+
+const state = { turns: [], running: null, editing: null, image: null, documents: [], attaching: false };
+
+// -- settings --------------------------------------------------------------------------------
 
 function fillEfforts() {
   const efforts = models[$("model").value] || [];
-  $("effort").innerHTML = "";
-  for (const e of efforts) $("effort").add(new Option(e, e));
+  $("effort").replaceChildren(...efforts.map((e) => new Option(e, e)));
 }
 $("model").addEventListener("change", fillEfforts);
 fillEfforts();
 
 function endpoint() { return form.elements.endpoint.value; }
+function maxTokens() { return parseInt($("max-tokens").value, 10) || undefined; }
 
 function userTools() {
   const text = $("tools").value.trim();
@@ -26,26 +36,22 @@ function userTools() {
   return Array.isArray(tools) ? tools : [tools];
 }
 
-function buildBody() {
+function buildBody(turns) {
   const stream = $("stream").checked;
   const search = $("web-search").checked;
-  const max = parseInt($("max-tokens").value, 10) || undefined;
   const system = $("system").value.trim();
   const tools = userTools();
+  const model = $("model").value, effort = $("effort").value || undefined;
   if (endpoint() === "chat") {
-    const messages = [];
-    if (system) messages.push({ role: "system", content: system });
-    messages.push({ role: "user", content: $("message").value });
-    const body = { model: $("model").value, messages, reasoning_effort: $("effort").value || undefined,
-                   max_completion_tokens: max, stream };
+    const body = { model, messages: chatMessages(system, turns, state.documents), reasoning_effort: effort, max_completion_tokens: maxTokens(), stream };
     if (stream) body.stream_options = { include_usage: true };
     if (search) tools.push({ type: "builtin_function", function: { name: "$web_search" } });
     if (tools.length) body.tools = tools;
     return body;
   }
-  const body = { model: $("model").value, input: $("message").value, max_output_tokens: max, stream };
+  const body = { model, input: responsesInput(turns, state.documents), max_output_tokens: maxTokens(), stream };
   if (system) body.instructions = system;
-  if ($("effort").value) body.reasoning = { effort: $("effort").value };
+  if (effort) body.reasoning = { effort };
   const wire = tools.map((t) => (t.function ? { type: "function", ...t.function } : t));
   if (search) { wire.push({ type: "web_search" }); body.include = ["web_search_call.action.sources"]; }
   if (wire.length) body.tools = wire;
@@ -59,199 +65,295 @@ function curlOf(body) {
          `  -H "Content-Type: application/json" \\\n  -d '${json}'`;
 }
 
-function reset() {
-  for (const id of ["reasoning", "answer", "tool-calls", "sources", "usage", "reasoning-state"]) $(id).textContent = "";
-  $("error").hidden = true;
-  $("tool-calls-box").hidden = true;
-  $("sources-box").hidden = true;
+// -- drawing the turns -----------------------------------------------------------------------
+
+function redraw() {
+  const nodes = [];
+  state.turns.forEach((turn, index) => {
+    if (turn.role === "user") { nodes.push(drawUser(turn, index, startEdit)); return; }
+    const node = drawAssistant(turn, regenerateLast);
+    turn.node = node;
+    replay(turn);
+    nodes.push(node);
+  });
+  $("conversation").replaceChildren(...nodes);
+  refreshControls();
 }
 
-function showError(message) { $("error").textContent = message; $("error").hidden = false; }
-
-function addToolCall(name, args, kind) {
-  const li = document.createElement("li");
-  li.className = "tool-call " + (kind || "function");
-  const title = document.createElement("strong");
-  title.textContent = name;
-  const pre = document.createElement("pre");
-  pre.className = "mono";
-  pre.textContent = args;
-  li.append(title, pre);
-  $("tool-calls").append(li);
-  $("tool-calls-box").hidden = false;
-}
-
-function addSource(text, url) {
-  const li = document.createElement("li");
-  if (url && /^https?:\/\//i.test(url)) { // only web links are links (a local index names files)
-    const a = document.createElement("a");
-    a.href = url; a.textContent = url; a.rel = "noreferrer noopener"; a.target = "_blank";
-    li.append(a);
-  } else {
-    li.textContent = text;
+// Send, Stop, Edit and Regenerate as the state allows.
+function refreshControls() {
+  const running = state.running !== null;
+  const last = state.turns[state.turns.length - 1];
+  for (const node of document.querySelectorAll("#conversation .turn")) {
+    const regen = node.querySelector(".regenerate");
+    if (regen) regen.hidden = running || node !== last?.node;
+    const edit = node.querySelector(".edit");
+    if (edit) edit.disabled = running;
   }
-  $("sources").append(li);
-  $("sources-box").hidden = false;
+  $("send").disabled = running || state.attaching;
+  $("stop").disabled = !running;
+  $("export").disabled = state.turns.length === 0;
+  $("new-chat").disabled = running || state.turns.length === 0;
+  $("empty-note").hidden = state.turns.length > 0;
 }
 
-function showUsage(u) {
-  if (!u) return;
-  const d = u.completion_tokens_details || u.output_tokens_details || {};
-  const prompt = u.prompt_tokens ?? u.input_tokens, out = u.completion_tokens ?? u.output_tokens;
-  $("usage").textContent = `prompt ${prompt} tokens, output ${out} (reasoning ${d.reasoning_tokens ?? 0})`;
+// Answer text is drawn again as markdown once per frame while it streams.
+function scheduleAnswer(turn) {
+  if (turn.frame) return;
+  turn.frame = requestAnimationFrame(() => {
+    turn.frame = 0;
+    drawAnswer(turn);
+  });
 }
 
-async function* sseEvents(response) {
-  const reader = response.body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buffer += decoder.decode(value, { stream: true });
-    let cut;
-    while ((cut = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, cut);
-      buffer = buffer.slice(cut + 2);
-      const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
-      if (data && data !== "[DONE]") yield JSON.parse(data);
-    }
-  }
-}
-
-// -- Chat Completions ------------------------------------------------------------------------
-
-function chatMessage(stream) { return { reasoning: "", content: "", calls: [], finish: null, stream }; }
-
-function chatDelta(state, delta) {
-  if (delta.reasoning_content) { state.reasoning += delta.reasoning_content; $("reasoning").textContent += delta.reasoning_content; }
-  if (delta.content) { state.content += delta.content; $("answer").textContent += delta.content; }
-  for (const call of delta.tool_calls || []) {
-    const slot = state.calls[call.index ?? 0] ??= { id: "", type: call.type || "function", function: { name: "", arguments: "" } };
-    if (call.id) slot.id = call.id;
-    if (call.type) slot.type = call.type;
-    if (call.function?.name) slot.function.name += call.function.name;
-    if (call.function?.arguments) slot.function.arguments += call.function.arguments;
-  }
-}
-
-async function chatRound(body) {
-  const response = await send(body);
-  if ($("reasoning").textContent) $("reasoning").textContent += "\n\n"; // a new round after a search
-  const state = chatMessage(body.stream);
-  if (body.stream) {
-    for await (const event of sseEvents(response)) {
-      if (event.error) throw new Error(event.error.message);
-      if (event.usage) showUsage(event.usage);
-      const choice = (event.choices || [])[0];
-      if (!choice) continue;
-      if ($("reasoning").textContent && choice.delta?.content) $("reasoning-state").textContent = "(done)";
-      chatDelta(state, choice.delta || {});
-      if (choice.finish_reason) state.finish = choice.finish_reason;
-    }
-  } else {
-    const json = await response.json();
-    const choice = json.choices[0];
-    chatDelta(state, { reasoning_content: choice.message.reasoning_content, content: choice.message.content,
-                       tool_calls: (choice.message.tool_calls || []).map((c, index) => ({ ...c, index })) });
-    state.finish = choice.finish_reason;
-    showUsage(json.usage);
-  }
-  return state;
-}
-
-async function runChat(body) {
-  for (let round = 0; round <= SEARCH_ROUNDS; round++) {
-    const state = await chatRound(body);
-    const searches = state.calls.filter((c) => c.function.name === "$web_search");
-    for (const c of state.calls) {
-      if (c.function.name === "$web_search") addSource(`searched: ${searchQuery(c.function.arguments)}`);
-      else addToolCall(c.function.name, c.function.arguments, c.type);
-    }
-    // Kimi's contract: the client sends each $web_search call back as a tool message and the
-    // server runs the search; any other tool call is the client's to answer.
-    if (state.finish !== "tool_calls" || searches.length === 0 || searches.length !== state.calls.length) return;
-    body.messages.push({ role: "assistant", content: state.content || "", reasoning_content: state.reasoning || undefined,
-                         tool_calls: state.calls });
-    for (const c of searches) body.messages.push({ role: "tool", tool_call_id: c.id, name: "$web_search", content: c.function.arguments });
-  }
-}
-
-function searchQuery(args) {
-  try { return JSON.parse(args).query ?? args; } catch { return args; }
-}
-
-// -- Responses -------------------------------------------------------------------------------
-
-function responsesItem(item) {
-  if (item.type === "function_call") addToolCall(item.name, item.arguments, "function");
-  else if (item.type === "custom_tool_call") addToolCall(item.name, item.input, "custom");
-  else if (item.type === "web_search_call") {
-    const action = item.action || {};
-    if (action.query) addSource(`searched: ${action.query}`);
-    for (const s of action.sources || []) addSource(s.url, s.url);
-  }
-}
-
-async function runResponses(body) {
-  const response = await send(body);
-  if (!body.stream) {
-    const json = await response.json();
-    for (const item of json.output || []) {
-      if (item.type === "reasoning") $("reasoning").textContent += (item.summary || []).map((s) => s.text).join("\n");
-      else if (item.type === "message") $("answer").textContent += item.content.map((p) => p.text || "").join("");
-      else responsesItem(item);
-    }
-    showUsage(json.usage);
-    return;
-  }
-  for await (const event of sseEvents(response)) {
-    if (event.type === "response.reasoning_summary_text.delta") $("reasoning").textContent += event.delta;
-    else if (event.type === "response.output_text.delta") { $("reasoning-state").textContent = "(done)"; $("answer").textContent += event.delta; }
-    else if (event.type === "response.output_item.done") responsesItem(event.item);
-    else if (event.type === "response.completed") showUsage(event.response.usage);
-    else if (event.type === "response.failed") throw new Error(event.response?.error?.message || "The response failed.");
-    else if (event.type === "error") throw new Error(event.message || event.error?.message || "The stream failed.");
-  }
-}
-
-// -- sending ---------------------------------------------------------------------------------
+// -- running a turn --------------------------------------------------------------------------
 
 async function send(body) {
   const payload = { endpoint: endpoint(), body };
   if ($("api-key")) payload.key = $("api-key").value;
   const response = await fetch("/console/playground/send", {
-    method: "POST", signal: controller.signal, credentials: "same-origin",
+    method: "POST", signal: state.running.signal, credentials: "same-origin",
     headers: { "Content-Type": "application/json", "X-CSRF-Token": form.dataset.csrf },
     body: JSON.stringify(payload),
   });
   if (!response.ok) {
     let message = `HTTP ${response.status}`;
     try { message += ": " + (await response.json()).error.message; } catch { /* not JSON */ }
-    throw new Error(message);
+    throw new StreamError(message);
   }
   return response;
 }
 
+function sinkFor(turn) {
+  const reasoning = () => turn.node.querySelector(".reasoning");
+  return {
+    reasoning(text) {
+      if (!text) return;
+      turn.reasoning += text;
+      reasoning().textContent += text;
+      turn.node.querySelector(".reasoning-box").hidden = false;
+    },
+    content(text) {
+      if (!text) return;
+      if (turn.reasoning) turn.node.querySelector(".reasoning-state").textContent = "(done)";
+      turn.content += text;
+      scheduleAnswer(turn);
+    },
+    refusal(text) { turn.refusal += text; showRefusal(turn); },
+    toolCall(name, args, kind) { addToolCall(turn, name, args, kind); },
+    source(text, url) { addSource(turn, text, url); },
+    usage(u) { if (u) { turn.usage = u; showUsage(turn); } },
+    items(items) { turn.items = items; },
+    roundBreak() { if (turn.reasoning) this.reasoning("\n\n"); },
+  };
+}
+
+async function runTurn() {
+  let body;
+  try { body = buildBody(state.turns); } catch (e) { composerError("Tools: " + e.message); return; }
+  $("curl").textContent = curlOf(body);
+  const turn = { role: "assistant", model: body.model, endpoint: endpoint(), reasoning: "", content: "", refusal: "",
+                 calls: [], sources: [], usage: null, items: null, finish: null, detail: null, error: null,
+                 state: "running", maxTokens: maxTokens(), frame: 0 };
+  state.turns.push(turn);
+  turn.node = drawAssistant(turn, regenerateLast);
+  $("conversation").append(turn.node);
+  state.running = new AbortController();
+  $("output").dataset.state = "running";
+  refreshControls();
+  const sink = sinkFor(turn);
+  try {
+    const end = endpoint() === "chat" ? await runChat(send, body, sink) : await runResponses(send, body, sink);
+    turn.finish = turn.refusal && (end.reason === "stop" || end.reason === "completed") ? "refusal" : end.reason;
+    turn.detail = end.detail || null;
+    turn.state = "done";
+  } catch (e) {
+    if (e.name === "AbortError") { turn.finish = "stopped"; turn.state = "stopped"; } else {
+      turn.finish = "error"; turn.state = "failed"; turn.error = e.message; showError(turn, e.message);
+    }
+  } finally {
+    state.running = null;
+    if (turn.frame) { cancelAnimationFrame(turn.frame); turn.frame = 0; }
+    drawAnswer(turn);
+    showStop(turn);
+    $("output").dataset.state = turn.state === "done" ? "done" : turn.state;
+    refreshControls();
+  }
+}
+
+// -- the composer: send, edit, attach --------------------------------------------------------
+
+function composerError(message) {
+  $("composer-error").textContent = message;
+  $("composer-error").hidden = !message;
+}
+
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
-  reset();
-  let body;
-  try { body = buildBody(); } catch (e) { showError("Tools: " + e.message); return; }
-  $("curl").textContent = curlOf(body);
-  controller = new AbortController();
-  $("send").disabled = true; $("stop").disabled = false;
-  $("output").dataset.state = "running";
-  try {
-    if (endpoint() === "chat") await runChat(body); else await runResponses(body);
-    $("output").dataset.state = "done";
-  } catch (e) {
-    if (e.name !== "AbortError") showError(e.message);
-    $("output").dataset.state = "failed";
-  } finally {
-    $("send").disabled = false; $("stop").disabled = true;
-  }
+  if (state.running || state.attaching) return;
+  const text = $("message").value;
+  if (!text.trim() && !state.image) { composerError("Write a message first."); return; }
+  composerError("");
+  if (state.editing !== null) { state.turns = state.turns.slice(0, state.editing); endEdit(); redraw(); }
+  const turn = { role: "user", text, image: state.image };
+  state.turns.push(turn);
+  $("conversation").append(drawUser(turn, state.turns.length - 1, startEdit));
+  $("message").value = "";
+  clearImage();
+  await runTurn();
 });
 
-$("stop").addEventListener("click", () => controller && controller.abort());
-$("curl").textContent = curlOf(buildBody());
+function regenerateLast() {
+  if (state.running || state.turns[state.turns.length - 1]?.role !== "assistant") return;
+  state.turns.pop();
+  redraw();
+  runTurn();
+}
+
+function startEdit(index) {
+  if (state.running) return;
+  const turn = state.turns[index];
+  state.editing = index;
+  $("message").value = turn.text;
+  setImage(turn.image);
+  $("editing-turn").textContent = String(state.turns.slice(0, index + 1).filter((t) => t.role === "user").length);
+  $("editing-note").hidden = false;
+  for (const node of document.querySelectorAll("#conversation .turn")) node.classList.toggle("editing", node.dataset.index === String(index));
+  $("message").focus();
+}
+
+function endEdit() {
+  state.editing = null;
+  $("editing-note").hidden = true;
+  for (const node of document.querySelectorAll("#conversation .turn.editing")) node.classList.remove("editing");
+}
+
+$("cancel-edit").addEventListener("click", () => { endEdit(); $("message").value = ""; clearImage(); });
+
+function setImage(url) {
+  state.image = url || null;
+  $("image-thumb").src = url || "";
+  $("image-preview").hidden = !url;
+}
+
+function clearImage() { setImage(null); $("image").value = ""; }
+
+$("image").addEventListener("change", () => {
+  const file = $("image").files[0];
+  if (!file) return;
+  if (file.size > MAX_IMAGE_BYTES) { composerError(`The image is larger than ${MAX_IMAGE_BYTES / 1048576} MB.`); clearImage(); return; }
+  const reader = new FileReader();
+  reader.onload = () => { composerError(""); setImage(reader.result); }; // a data: URL, sent as the message's image part
+  reader.readAsDataURL(file);
+});
+$("image-remove").addEventListener("click", clearImage);
+
+// A document stays attached to the conversation (every request carries it) until removed;
+// removing it here leaves the file among the key's files (GET /v1/files).
+function drawDocuments() {
+  const items = state.documents.map((doc, index) => {
+    const item = el("li", "document");
+    item.dataset.fileId = doc.id;
+    const remove = el("button", "link", "Remove");
+    remove.type = "button";
+    remove.addEventListener("click", () => { state.documents.splice(index, 1); drawDocuments(); });
+    item.append(el("span", "document-name", doc.filename), " ",
+                el("span", "muted document-size", `${doc.chars.toLocaleString("en")} characters of text`), " ", remove);
+    if (doc.note) item.append(el("span", "muted document-note", " " + doc.note));
+    return item;
+  });
+  $("documents").replaceChildren(...items);
+  $("documents").hidden = items.length === 0;
+}
+
+function codePoints(text) {
+  let count = 0;
+  for (const _ of text) count++;
+  return count;
+}
+
+async function attachDocument(file) {
+  const data = new FormData();
+  if ($("api-key")) data.append("key", $("api-key").value);
+  data.append("file", file, file.name);
+  state.attaching = true;
+  $("document-status").textContent = `Reading ${file.name}…`;
+  $("document-status").hidden = false;
+  refreshControls();
+  try {
+    const response = await fetch("/console/playground/files", {
+      method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": form.dataset.csrf }, body: data,
+    });
+    let answer = null;
+    try { answer = await response.json(); } catch { /* not JSON */ }
+    if (!response.ok) {
+      composerError(`Could not attach ${file.name}: ${answer?.error?.message || `HTTP ${response.status}`}`);
+      return;
+    }
+    composerError("");
+    state.documents.push({
+      id: answer.file.id, filename: answer.file.filename, bytes: answer.file.bytes, note: answer.file.status_details || "",
+      chars: codePoints(answer.content.content), message: JSON.stringify(answer.content),
+    });
+    drawDocuments();
+  } catch (e) {
+    composerError(`Could not attach ${file.name}: ${e.message}`);
+  } finally {
+    state.attaching = false;
+    $("document").value = "";
+    $("document-status").hidden = true;
+    refreshControls();
+  }
+}
+
+$("document").addEventListener("change", () => {
+  const file = $("document").files[0];
+  if (file) attachDocument(file);
+});
+
+$("stop").addEventListener("click", () => state.running && state.running.abort());
+
+$("new-chat").addEventListener("click", () => {
+  if (state.running) return;
+  state.turns = [];
+  endEdit();
+  redraw();
+  $("output").dataset.state = "empty";
+});
+
+// -- export ----------------------------------------------------------------------------------
+
+function exported() {
+  const turns = state.turns.map((t) => (t.role === "user"
+    ? { role: "user", content: t.text, ...(t.image ? { image: t.image } : {}) }
+    : { role: "assistant", model: t.model, endpoint: t.endpoint, content: t.content, reasoning: t.reasoning || undefined,
+        refusal: t.refusal || undefined, tool_calls: t.calls.length ? t.calls : undefined, finish: t.finish,
+        error: t.error || undefined, usage: t.usage || undefined, output: t.items || undefined }));
+  const system = $("system").value.trim();
+  return {
+    exported_at: new Date().toISOString(),
+    endpoint: endpoint(),
+    model: $("model").value,
+    effort: $("effort").value || null,
+    system: system || null,
+    documents: state.documents.map((d) => ({ id: d.id, filename: d.filename, bytes: d.bytes, characters: d.chars })),
+    turns,
+    // The conversation as either endpoint takes it, to send on from your own code.
+    messages: chatMessages(system, state.turns, state.documents),
+    input: responsesInput(state.turns, state.documents),
+  };
+}
+
+$("export").addEventListener("click", () => {
+  const blob = new Blob([JSON.stringify(exported(), null, 2)], { type: "application/json" });
+  const a = el("a");
+  a.href = URL.createObjectURL(blob);
+  a.download = `conversation-${new Date().toISOString().slice(0, 19).replace(/[:T]/g, "-")}.json`;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+});
+
+$("curl").textContent = curlOf(buildBody([{ role: "user", text: $("message").value }]));
+refreshControls();

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
+from kimi_server.engines.llamacpp.answer_prefix import continued
 from kimi_server.engines.llamacpp.grammar import (
     PROBE_LITERAL,
     CallSyntax,
@@ -39,6 +40,9 @@ class AnswerPlan:
     text: Grammar | None  # for a text (or structured) answer; None: unconstrained
     calls: Grammar | None  # for a tool-call answer; None: calls are not possible
     decide: Literal["text", "calls", "model"]
+    # Partial Mode: text the text grammar writes first that the client sent as its prefix
+    # (answer_prefix.py); dropped from the answer.
+    echo: str = ""
 
     def grammars(self) -> list[tuple[str, Grammar]]:
         out: list[tuple[str, Grammar]] = []
@@ -62,6 +66,15 @@ def plan_answer(request: GenerationRequest, syntax: CallSyntax) -> AnswerPlan:
     tools = tuple(t for t in request.tools if t.kind in ("function", "custom", "web_search"))
     choice = request.tool_choice
     structured = _output_grammar(request)
+    if request.answer_prefix is not None:
+        # A prefix is the start of the text answer: no call can follow it.
+        if tools and choice.mode in ("required", "named"):
+            raise InvalidRequestError(
+                f"'{request.answer_prefix.param}': Partial Mode cannot be combined with a forced tool call.",
+                param=request.answer_prefix.param,
+            )
+        structured, echo = continued(request, structured)
+        return AnswerPlan(syntax, (), structured, None, "text", echo)
     if not tools or choice.mode == "none":
         return AnswerPlan(syntax, (), structured, None, "text")
     if choice.mode == "named":

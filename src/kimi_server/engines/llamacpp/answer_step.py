@@ -5,16 +5,17 @@ or tool calls (``answer_step``); or the chosen attempt given as the answer itsel
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from kimi_server.engines.llamacpp.answer import AnswerPlan
+from kimi_server.engines.llamacpp.closing import answer_schema, close_answer, close_call
 from kimi_server.engines.llamacpp.decide import just_answered, reasoning_writes_call
 from kimi_server.engines.llamacpp.phase_context import ANSWER_LEAD, LeadingTrim, PhaseContext, call
 from kimi_server.engines.llamacpp.reasoning_step import Attempt
 from kimi_server.engines.llamacpp.runner import CompletionResult
 from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
-from kimi_server.engines.types import ContentDelta, EngineEvent, FinishReason
+from kimi_server.engines.types import ContentDelta, EngineEvent, FinishReason, ToolSpec
 from kimi_server.parsers.reasoning import MarkerScrub, PhraseScrub
 
 
@@ -62,26 +63,29 @@ async def chosen_as_answer(ctx: PhaseContext, prompt: str, chosen: Attempt, inde
     count = min(chosen.tokens, max(room, 0))
     ctx.tally.completion += count
     scrub = MarkerScrub(ctx.fmt.markers)
-    trim = LeadingTrim()
+    trim = LeadingTrim(keep=ctx.continues)
     # A stream piece is about one token; only a cap below the attempt's length cuts it.
     for piece in chosen.pieces[:count]:
         if text := trim(scrub.feed(piece)):
             yield ContentDelta(text)
     cut = count < chosen.tokens
+    word = chosen.stopping_word
     unfinished = not chosen.finished and not cut  # the reasoning cap stopped it
-    if unfinished and (ctx.context_full or count == room):
+    if chosen.looped:
+        ctx.looped = cut = True  # continued, it would loop on; the answer says the guard ended it
+    elif unfinished and (ctx.reasoning_ended or count == room):
         cut = True  # no room left to finish it
     elif unfinished:
         stop = [*ctx.fmt.markers, *ctx.request.stop]
         body = ctx.body(prompt + chosen.raw, room - count, stop=stop, attempt=index)
         async for item in call(ctx, body, reasoning=False):
             if isinstance(item, CompletionResult):
-                cut = item.finish_reason == "length"
+                cut, word = item.finish_reason == "length", item.stopping_word
             elif text := trim(scrub.feed(item)):
                 yield ContentDelta(text)
     if text := trim(scrub.flush()):
         yield ContentDelta(text)
-    yield ctx.finish("length" if cut else "stop")
+    yield ctx.finish("length" if cut else "stop", word)
 
 
 async def answer_step(
@@ -95,9 +99,12 @@ async def answer_step(
         # results (a draft there was seen to copy them, or to call again, rather than use them):
         # the answer is the model's own reply to the conversation.
         drafted = bool(reasoning.strip()) and not answered
-        full = await ctx.answer_prompt(reasoning) if drafted else prompt
+        prefix = ctx.request.answer_prefix
+        draft = prefix.text + reasoning if prefix is not None else reasoning  # the attempts continued it
+        full = await ctx.answer_prompt(draft) if drafted else prompt
     else:
         full = opened + reasoning + ctx.fmt.closer
+    full += ctx.lead  # Partial Mode: the answer continues the client's prefix
     mode = plan.decide
     if decision is not None:
         wants = await decision or reasoning_writes_call(reasoning, plan.tools, plan.syntax, answered)
@@ -108,34 +115,74 @@ async def answer_step(
     # Stop sequences would cut JSON or a call short of parsing; they only apply to text. Under
     # a grammar, marker text is scrubbed from the stream instead (it can only sit in a string).
     stops = grammar is None or grammar.free_text
-    async for event in _answer_events(ctx, full, extra, parser, stops=stops):
+    echo = plan.echo if mode == "text" else ""
+    schema = answer_schema(ctx.request, grammar) if mode == "text" else None
+    events = _answer_events(ctx, full, extra, parser, stops=stops, echo=echo, schema=schema, tools=plan.tools)
+    async for event in events:
         yield event
 
 
 async def _answer_events(
-    ctx: PhaseContext, full: str, extra: dict[str, Any], parser: CallStreamParser | None, *, stops: bool
+    ctx: PhaseContext,
+    full: str,
+    extra: dict[str, Any],
+    parser: CallStreamParser | None,
+    *,
+    stops: bool,
+    echo: str = "",
+    schema: dict[str, Any] | None = None,
+    tools: Sequence[ToolSpec] = (),
 ) -> AsyncIterator[EngineEvent]:
-    trim = LeadingTrim()
+    """``schema``: a structured answer's, closed under it if it is cut; ``tools``: those whose
+    parameters close a cut call's arguments (closing.py)."""
+    trim = LeadingTrim(keep=ctx.continues)
+    said: list[str] = []  # the text answer so far: a structured one is closed if cut
+    skip = len(echo)  # what the grammar writes that the client sent as its prefix
     truncated = False
+    word: str | None = None
     scrub = MarkerScrub(ctx.fmt.markers)
     # Free text only: JSON or a call never holds the draft's framing sentences.
     framing = PhraseScrub(ctx.fmt.scaffold if parser is None and stops else ())
     async for piece in answer(ctx, full, extra, stops=stops):
         if isinstance(piece, CompletionResult):
-            truncated = piece.finish_reason == "length"
+            truncated, word = piece.finish_reason == "length", piece.stopping_word
             piece = framing.feed(scrub.flush()) + framing.flush()
         else:
             piece = framing.feed(scrub.feed(piece))
+        if skip:
+            dropped = min(skip, len(piece))
+            piece, skip = piece[dropped:], skip - dropped
         if not piece:
             continue
         if parser is not None:
             for delta in parser.feed(piece):
                 yield delta
         elif text := trim(piece):
+            said.append(text)
             yield ContentDelta(text)
+    async for event in _ending(ctx, parser, truncated or ctx.context_full, word, schema, "".join(said), tools):
+        yield event
+
+
+async def _ending(
+    ctx: PhaseContext,
+    parser: CallStreamParser | None,
+    cut: bool,
+    word: str | None,
+    schema: dict[str, Any] | None,
+    said: str,
+    tools: Sequence[ToolSpec],
+) -> AsyncIterator[EngineEvent]:
+    """The answer's end: a cut answer's last deltas, what makes its JSON whole (closing.py;
+    worked out in a thread, as a schema's pattern may take a search), then the finish."""
     reason: FinishReason = "stop"
-    if truncated or ctx.context_full:
+    if cut:
         reason = "length"
+        if parser is not None:
+            for delta in parser.feed(await asyncio.to_thread(close_call, parser, tools)):
+                yield delta
+        elif schema is not None and (text := await asyncio.to_thread(close_answer, said, ctx.request, schema)):
+            yield ContentDelta(text)
     elif parser is not None and parser.count:
         reason = "tool_calls"
-    yield ctx.finish(reason)
+    yield ctx.finish(reason, word)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
+from kimi_server.engines.llamacpp.answer_prefix import lead_text
 from kimi_server.engines.llamacpp.cpu_wait import apply_wait_level
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
@@ -23,8 +24,9 @@ from kimi_server.engines.llamacpp.phases import (
     answer_turn,
     prompted_generation,
 )
-from kimi_server.engines.llamacpp.prefill import prefill_in_turns, turns_to_run
+from kimi_server.engines.llamacpp.prefill import TurnSizes, long_prompt_cuts, read_in_turns, turns_to_run
 from kimi_server.engines.llamacpp.prompt_cache import CacheLimits, CacheStats, PromptCacheLedger
+from kimi_server.engines.llamacpp.rendered import Rendered, RenderedPrompts
 from kimi_server.engines.llamacpp.repetition import RepetitionLimits
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
@@ -64,6 +66,7 @@ class EmbeddedConfig:
     max_prompt_tokens: int | None = None
     prefill_turn: int = 512  # tokens of prompt per llama.cpp call on an idle engine (= n_batch)
     prefill_turn_shared: int = 0  # the same while other requests run (0: no turns)
+    prefill_slowdown: float = 3.0  # beside others, a prompt still reads at >= 1/this of its speed
     repetition: RepetitionLimits = field(default_factory=RepetitionLimits)  # ends looping answers
 
 
@@ -90,6 +93,7 @@ class EmbeddedEngine:
         self._checker: GrammarChecker | None = None
         self._server: Any = None
         self._tokenizer: PromptTokenizer | None = None
+        self._rendered = RenderedPrompts()
         self._scrubs: set[asyncio.Task[None]] = set()
         self.cache = PromptCacheLedger(
             CacheLimits(
@@ -130,6 +134,9 @@ class EmbeddedEngine:
 
     def prompt_token_limit(self) -> int | None:
         return self.config.max_prompt_tokens
+
+    def counts_exactly(self) -> bool:
+        return self._tokenizer is not None and self._tokenizer.exact
 
     def concurrency(self) -> int:
         return self.config.n_parallel
@@ -225,14 +232,19 @@ class EmbeddedEngine:
         tokenizer = self._tokenizer
         if tokenizer is None:
             return None
-        request = expose_web_search(request)
+        exposed = expose_web_search(request)
 
-        def count() -> int:
-            prompt = self._render(request)
+        lead = lead_text(request.answer_prefix)  # Partial Mode: the text the answer continues
+
+        def count() -> Rendered:
+            prompt = self._render(exposed)
             images = prompt.count(MEDIA_MARKER)
-            return tokenizer.count(prompt.replace(MEDIA_MARKER, "")) + images * IMAGE_TOKENS_ESTIMATE
+            counted = tokenizer.count(prompt.replace(MEDIA_MARKER, "") + lead)
+            return Rendered(prompt, counted + images * IMAGE_TOKENS_ESTIMATE)
 
-        return await asyncio.to_thread(count)
+        rendered = await asyncio.to_thread(count)
+        self._rendered.keep(request, rendered)  # on the event loop: the memo is not thread-safe
+        return rendered.tokens
 
     def _sampling(self) -> dict[str, Any]:
         return {"temperature": self.config.temperature, "top_p": self.config.top_p}
@@ -240,6 +252,7 @@ class EmbeddedEngine:
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[EngineEvent, None]:
         if self._runner is None or self._checker is None:
             raise EngineUnavailableError("The engine is not running.")
+        counted = self._rendered.take(request)  # rendered once already, while admission counted it
         request = expose_web_search(request)  # $web_search as a function
         media = media_of(request) if self.config.mmproj is not None else ()
         plan = plan_answer(request, self.syntax)
@@ -250,9 +263,9 @@ class EmbeddedEngine:
         # Earlier reasoning (a client's reasoning_content, a Responses reasoning item) is shown
         # back inside the format's tags, as the model's own thinking before that answer.
         history = (self.fmt.opener, self.fmt.closer)
-        prompt = await asyncio.to_thread(self._render, request)
+        prompt = counted.prompt if counted is not None else await asyncio.to_thread(self._render, request)
         policy = request.cache
-        lease = await self.cache.acquire(policy.namespace, prompt, policy.ttl_seconds)
+        lease = await self.cache.acquire(policy.namespace, prompt, policy.ttl_seconds, model=request.model)
         settled = False
 
         def settle(tally: Tally) -> bool:
@@ -282,18 +295,16 @@ class EmbeddedEngine:
             media=media,
             answer_prompt=answer_turn(self.template, request, self.fmt, history),
             repetition=self.config.repetition,
+            lead=lead_text(request.answer_prefix, plan.echo),
         )
-        cuts = await self._prefill_cuts(prompt) if not media else []
+        cfg = self.config
+        sizes = TurnSizes(cfg.prefill_turn, cfg.prefill_turn_shared, cfg.prefill_slowdown)
+        cuts = await long_prompt_cuts(self._tokenizer, prompt, sizes) if not media else []
         if cuts and ctx.reuse and lease.previous is not None:
             cuts = turns_to_run(cuts, prompt, lease.previous.text)
         try:
             if cuts:
-                stride = max(1, self.config.prefill_turn // self.config.prefill_turn_shared)
-                ctx.tally.cache_hit = await prefill_in_turns(
-                    ctx, prompt, cuts, stride=stride, shared=lambda: self.cache.leased() > 1
-                )
-                # The slot now holds this request's own prompt, whatever the cache allowed.
-                ctx.reuse = ctx.reuse or ctx.tally.cache_hit is not None
+                await read_in_turns(ctx, prompt, cuts, sizes, shared=lambda: self.cache.leased() > 1)
             async for event in prompted_generation(ctx, prompt, plan):
                 yield event
         finally:
@@ -302,16 +313,6 @@ class EmbeddedEngine:
                 # cache any more.
                 self.cache.abandon(lease)
             self._scrub_stale()
-
-    async def _prefill_cuts(self, prompt: str) -> list[int]:
-        """Where a prompt longer than one long turn is cut into short turns (prefill.py). A
-        shorter one is read in one step, as any request's later calls are: one brief pause
-        for the others, and no extra calls."""
-        tokenizer, short, long = self._tokenizer, self.config.prefill_turn_shared, self.config.prefill_turn
-        if tokenizer is None or short <= 0 or len(prompt.encode("utf-8", errors="replace")) <= long:
-            return []  # fewer bytes than a long turn: fewer tokens too
-        cuts = await asyncio.to_thread(tokenizer.cuts, prompt, short)
-        return cuts if (len(cuts) + 1) * short > long else []
 
     def _scrub_stale(self) -> None:
         """Frees the KV of slots the cache no longer covers (expired, evicted, abandoned)."""

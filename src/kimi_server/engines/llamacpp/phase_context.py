@@ -108,13 +108,31 @@ class PhaseContext:
     settle: Callable[[Tally], bool] | None = None
     utility_slot: int | None = None  # for side calls that must not touch the request's slot
     tally: Tally = field(default_factory=Tally)
-    # The engine's context ran out, or a call looped (repetition.py): nothing more is generated.
+    # The engine's context ran out, or the answer looped (repetition.py): nothing more is generated.
     context_full: bool = False
+    # The reasoning looped: it ends there, and the answer still comes (a forced call included).
+    reasoning_looped: bool = False
+    looped: bool = False  # it was the repetition guard
     media: tuple[str, ...] = ()
     context_window: int = 0  # the engine's ctx_size, for error messages
     # The answer's prompt, given the chosen attempt (prompted reasoning; see answer_turn).
     answer_prompt: Callable[[str], Awaitable[str]] = field(default=_no_answer_prompt)
     repetition: RepetitionLimits | None = None  # ends a call that loops (repetition.py)
+    # Output tokens the reasoning leaves for an answer decoded under a grammar (answer_room).
+    answer_room: int = 0
+    # Partial Mode: what the answer's prompt ends with, the text it continues (answer_prefix.py).
+    lead: str = ""
+
+    @property
+    def reasoning_ended(self) -> bool:
+        """No more reasoning: the context is full or the reasoning looped."""
+        return self.context_full or self.reasoning_looped
+
+    @property
+    def continues(self) -> bool:
+        """The answer continues the client's own text: its first whitespace is its own."""
+        prefix = self.request.answer_prefix
+        return prefix is not None and bool(prefix.text)
 
     def body(self, prompt: str, n_predict: int, *, attempt: int = 0, **extra: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -127,21 +145,29 @@ class PhaseContext:
         }
         if self.slot is not None:
             body["id_slot"] = self.slot
+        if self.request.stop and not set(self.request.stop).isdisjoint(extra.get("stop", ())):
+            # llama.cpp names the stop string that ended a call only in its verbose result:
+            # asked for where a client's stop strings may end it (a Messages stop_sequence).
+            body["verbose"] = True
         if self.request.seed is not None:
             # Each attempt its own stream of the seed: the same seed would repeat one attempt.
             body["seed"] = (self.request.seed + attempt) % 2**32 if attempt else self.request.seed
         return body
 
-    def finish(self, reason: FinishReason) -> Finish:
+    def finish(self, reason: FinishReason, stopping_word: str | None = None) -> Finish:
+        """``stopping_word``: the stop string llama.cpp says ended the answer; reported only
+        when it is one of the client's (the reasoning markers stop calls too)."""
         written = self.settle(self.tally) if self.settle is not None else True
-        return Finish(reason, self.tally.usage(self.request, written=written))
+        matched = stopping_word if reason == "stop" and stopping_word in self.request.stop else None
+        usage = self.tally.usage(self.request, written=written)
+        return Finish(reason, usage, matched, looped=self.looped and reason == "length")
 
 
 class LeadingTrim:
     """Drops the whitespace a phase starts with (models often open with a newline)."""
 
-    def __init__(self) -> None:
-        self.started = False
+    def __init__(self, *, keep: bool = False) -> None:
+        self.started = keep  # keep: nothing to drop (an answer that continues a prefix)
 
     def __call__(self, text: str) -> str:
         if not self.started:
@@ -154,20 +180,22 @@ async def call(ctx: PhaseContext, body: dict[str, Any], *, reasoning: bool) -> A
     if ctx.context_full:
         return
     limits = ctx.repetition
-    if limits is not None and limits.enabled:
-        stream = ctx.runner.stream(body, RepetitionGuard(limits).looping)
-    else:
-        stream = ctx.runner.stream(body)
+    guard = RepetitionGuard(limits) if limits is not None and limits.enabled else None
+    stream = ctx.runner.stream(body, guard.looping) if guard is not None else ctx.runner.stream(body)
     try:
         async for item in stream:
             if isinstance(item, CompletionResult):
                 text = body["prompt"]
                 text = text if isinstance(text, str) else text["prompt_string"]
                 ctx.tally.add(item, text, reasoning=reasoning)
-                # "length" before n_predict means the context ran out; a call the repetition
-                # guard cut ends the request too. Either way nothing more is generated.
-                if item.cut or (item.finish_reason == "length" and item.completion_tokens < body["n_predict"]):
+                # "length" before n_predict means the context ran out; an answer the repetition
+                # guard cut ends the request too. Either way nothing more is generated. Looping
+                # reasoning only ends the reasoning: the answer (a required call) must still come.
+                if item.looped and reasoning:
+                    ctx.reasoning_looped = True
+                elif item.cut or (item.finish_reason == "length" and item.completion_tokens < body["n_predict"]):
                     ctx.context_full = True
+                    ctx.looped = ctx.looped or (guard is not None and guard.looped)
             yield item
     except InvalidRequestError as exc:
         if exc.code != "context_length_exceeded":
@@ -196,5 +224,17 @@ ANSWER_LEAD = 3
 OPEN_TAG_BANS: list[list[Any]] = [[f"{lead}<", False] for lead in ("", " ", "\n")]
 
 
+# The most a grammar-bound answer keeps back from the reasoning: a call or a small JSON object
+# fits in far less; a larger one gets what the reasoning does not use.
+ANSWER_ROOM_MAX = 256
+
+
+def answer_room(max_output_tokens: int, *, constrained: bool) -> int:
+    """Output tokens kept for the answer. A call or a structured answer cut short by the output
+    cap is worth nothing (no call, JSON that does not parse), so the reasoning may use at most
+    half of a small cap; free text can stop anywhere and keeps nothing back."""
+    return min(max_output_tokens // 2, ANSWER_ROOM_MAX) if constrained else 0
+
+
 def reasoning_cap(ctx: PhaseContext) -> int:
-    return min(ctx.request.budget.cap, ctx.request.max_output_tokens)
+    return min(ctx.request.budget.cap, ctx.request.max_output_tokens - ctx.answer_room)

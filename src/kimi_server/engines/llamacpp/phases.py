@@ -18,6 +18,7 @@ from kimi_server.engines.llamacpp.phase_context import (
     ANSWER_LEAD,
     PhaseContext,
     Tally,
+    answer_room,
     answer_turn,
     open_thinking,
 )
@@ -43,15 +44,21 @@ async def prompted_generation(ctx: PhaseContext, prompt: str, plan: AnswerPlan) 
 async def _generate(
     ctx: PhaseContext, prompt: str, plan: AnswerPlan, decision: asyncio.Task[bool] | None
 ) -> AsyncIterator[EngineEvent]:
+    constrained = plan.calls is not None or plan.text is not None
+    ctx.answer_room = answer_room(ctx.request.max_output_tokens, constrained=constrained)
     opened = open_thinking(prompt, ctx.fmt)
+    # Prompted attempts are replies to the conversation: under Partial Mode each continues the
+    # prefix, and the chosen one is the answer's continuation (a native model's thinking comes
+    # before the prefix: answer_step puts it after the thinking block).
+    attempted = prompt + ctx.lead if ctx.fmt.kind == "prompted" else prompt
     reasoned = Reasoned()
-    async for step in reasoning_step(ctx, prompt, opened, plan):
+    async for step in reasoning_step(ctx, attempted, opened, plan):
         if isinstance(step, Reasoned):
             reasoned = step
         else:
             yield step
     if reasoned.chosen is not None:
-        async for event in chosen_as_answer(ctx, prompt, reasoned.chosen, reasoned.index):
+        async for event in chosen_as_answer(ctx, attempted, reasoned.chosen, reasoned.index):
             yield event
         return
     if ctx.context_full or ctx.tally.completion >= ctx.request.max_output_tokens:

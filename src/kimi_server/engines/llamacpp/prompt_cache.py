@@ -5,13 +5,15 @@ holding at most one token sequence in its KV cache. The ledger keeps one entry p
 says whose sequence it is (namespace), what text it covers and when it expires, and it leases a
 holder to every request:
 
-- ``reuse=True`` only when the holder's entry belongs to the request's namespace, has not
-  expired and shares a worthwhile prefix with the prompt. The engine then lets the backend reuse
+- ``reuse=True`` only when the holder's entry belongs to the request's namespace and model id,
+  has not expired and shares a worthwhile prefix with the prompt. The engine then lets the backend reuse
   the holder's KV (llama.cpp ``cache_prompt``).
 - Otherwise ``reuse=False``: the engine must recompute the whole prompt on that holder, which
   also leaves the holder's whole content owned by this namespace. So KV one namespace wrote is
   never reused by another (no cross-tenant timing channel), and an expired or evicted prefix is
-  a miss that is written again.
+  a miss that is written again. The same holds across model ids: each id is its own product
+  with its own prices, so a prefix written under one is never billed as a cache read under
+  another, even where one engine serves both.
 
 The ledger never claims a number of cached tokens: engines report what the backend really reused.
 Expiry is sliding: an entry expires ``ttl`` after the end of the last request that wrote or read
@@ -55,6 +57,7 @@ class CacheLimits:
 @dataclass
 class Entry:
     namespace: str
+    model: str
     text: str
     tokens: int
     expires_at: float
@@ -68,6 +71,7 @@ class Lease:
     reuse: bool
     ttl_seconds: float
     previous: Entry | None = None  # the entry this lease extends (a planned hit)
+    model: str = ""
 
 
 def common_prefix_len(a: str, b: str) -> int:
@@ -113,10 +117,10 @@ class PromptCacheLedger:
 
     # -- leasing ---------------------------------------------------------------------------
 
-    async def acquire(self, key_id: str, text: str, ttl_seconds: float) -> Lease:
-        """Waits until a holder is free and leases it for one request."""
+    async def acquire(self, key_id: str, text: str, ttl_seconds: float, *, model: str = "") -> Lease:
+        """Waits until a holder is free and leases it for one request (under ``model``'s id)."""
         while True:
-            lease = self.try_acquire(key_id, text, ttl_seconds)
+            lease = self.try_acquire(key_id, text, ttl_seconds, model=model)
             if lease is not None:
                 return lease
             waiter = asyncio.get_running_loop().create_future()
@@ -127,7 +131,7 @@ class PromptCacheLedger:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
 
-    def try_acquire(self, key_id: str, text: str, ttl_seconds: float) -> Lease | None:
+    def try_acquire(self, key_id: str, text: str, ttl_seconds: float, *, model: str = "") -> Lease | None:
         if len(self._leased) >= self.limits.max_active:
             return None
         now = self._clock()
@@ -138,26 +142,26 @@ class PromptCacheLedger:
             return None
         namespace = self.namespace_of(key_id)
         ttl = ttl_seconds * self.limits.ttl_scale
-        best, shared = self._best_own(free, namespace, text)
+        best, shared = self._best_own(free, namespace, model, text)
         if best is not None and self.limits.enabled and worth_reusing(shared, len(self._entries[best].text), len(text)):
             self._leased.add(best)
             # While leased the holder's content changes: its entry leaves the ledger until
             # commit, which extends it (keeping the longer expiry).
-            return Lease(best, namespace, True, ttl, self._entries.pop(best))
+            return Lease(best, namespace, True, ttl, self._entries.pop(best), model)
         victim = self._victim(free)
         old = self._entries.get(victim)
         if old is not None:
             self._evict(victim, "room for a new prefix", stale=False)  # overwritten right away
-        # A holder whose whole content this namespace wrote may still lend what little it shares;
-        # any other holder must be recomputed from scratch.
-        own = old is not None and old.namespace == namespace and self.limits.enabled
-        return self._lease(victim, namespace, own, ttl)
+        # The victim is recomputed from scratch even where this namespace wrote it: what it could
+        # still lend is at most a prefix not worth reusing (a chat template's opening), and a new
+        # prefix then reads as the miss it is, whichever holders happen to be full.
+        return self._lease(victim, namespace, model, False, ttl)
 
-    def _best_own(self, free: list[int], namespace: str, text: str) -> tuple[int | None, int]:
+    def _best_own(self, free: list[int], namespace: str, model: str, text: str) -> tuple[int | None, int]:
         best, shared = None, 0
         for holder in free:
             entry = self._entries.get(holder)
-            if entry is None or entry.namespace != namespace:
+            if entry is None or (entry.namespace, entry.model) != (namespace, model):
                 continue
             n = common_prefix_len(entry.text, text)
             if n > shared:
@@ -171,10 +175,10 @@ class PromptCacheLedger:
             return empty[0]
         return min(free, key=lambda h: self._entries[h].last_used)
 
-    def _lease(self, holder: int, namespace: str, reuse: bool, ttl: float) -> Lease:
+    def _lease(self, holder: int, namespace: str, model: str, reuse: bool, ttl: float) -> Lease:
         self._leased.add(holder)
         self._stale.discard(holder)  # recomputed from scratch by this request
-        return Lease(holder, namespace, reuse, ttl)
+        return Lease(holder, namespace, reuse, ttl, model=model)
 
     # -- settling --------------------------------------------------------------------------
 
@@ -196,7 +200,7 @@ class PromptCacheLedger:
             expires = now + lease.ttl_seconds
             if lease.previous is not None:
                 expires = max(expires, lease.previous.expires_at)
-            self._entries[lease.holder] = Entry(lease.namespace, text, tokens, expires, now)
+            self._entries[lease.holder] = Entry(lease.namespace, lease.model, text, tokens, expires, now)
             counters.written_tokens += max(prompt_tokens - cached_tokens, 0)
             self._fit(keep=lease.holder)
         elif self.limits.enabled:

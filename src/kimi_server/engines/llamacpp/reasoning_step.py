@@ -35,6 +35,8 @@ class Attempt:
     finished: bool  # ended by the model, not cut by the cap or the context
     pieces: tuple[str, ...] = ()  # as generated and streamed, about one token each
     tokens: int = 0
+    stopping_word: str | None = None  # the stop string that ended it, where llama.cpp said
+    looped: bool = False  # the repetition guard ended it
 
     @property
     def raw(self) -> str:
@@ -62,32 +64,35 @@ async def attempts(
     lead = {"ignore_eos": True, "logit_bias": [*OPEN_TAG_BANS, *([t, False] for t in ctx.fmt.stops)]}
     stop = [*ctx.fmt.markers, *stops]
     index = 0
-    while not ctx.context_full and ctx.tally.reasoning < cap and (index == 0 or ctx.tally.reasoning < floor):
+    while not ctx.reasoning_ended and ctx.tally.reasoning < cap and (index == 0 or ctx.tally.reasoning < floor):
         if index:
             yield ReasoningDelta(f"\n\nAttempt {index + 1}:\n")
         raw: list[str] = []
         parts: list[str] = []
         trim = LeadingTrim()
-        finished = False
+        finished = looped = False
+        word: str | None = None
         spent = ctx.tally.reasoning
         # The first attempt is one plain call: exactly the model's direct reply (with a seed,
         # the one a direct call with that seed gives), so the reasoning can only add to it.
         stages = ((cap, {}),) if index == 0 else ((ANSWER_LEAD, lead), (cap, {}))
         for limit, extra in stages:
             left = min(limit, cap - ctx.tally.reasoning)
-            if finished or left <= 0 or ctx.context_full:
+            if finished or left <= 0 or ctx.reasoning_ended:
                 break
             body = ctx.body(prompt + "".join(raw), left, stop=stop, attempt=index, **extra)
             async for item in call(ctx, body, reasoning=True):
                 if isinstance(item, CompletionResult):
                     finished = item.finish_reason == "stop"  # end-of-turn or a marker
+                    word = item.stopping_word
+                    looped = looped or item.looped
                     continue
                 raw.append(item)
                 if text := trim(item):
                     parts.append(text)
                     yield ReasoningDelta(text)
         tokens = ctx.tally.reasoning - spent
-        yield Attempt("".join(parts), finished, tuple(raw), tokens)
+        yield Attempt("".join(parts), finished, tuple(raw), tokens, word, looped)
         index += 1
 
 

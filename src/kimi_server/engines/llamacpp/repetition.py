@@ -4,8 +4,10 @@ A small model can fall into repeating itself ("red, red, red, ...", or one sente
 again) and would then run to its output cap or the end of the context, holding a slot all the
 while. The guard watches each call's stream pieces (llama.cpp streams about one token each) and
 stops the call once its tail is the same n-gram of at most ``max_ngram`` tokens repeated at
-least ``min_repeats`` times in a row over at least ``min_tokens`` tokens; the request then ends
-with ``finish_reason: "length"``, as if it had hit its cap (docs/configuration.md).
+least ``min_repeats`` times in a row over at least ``min_tokens`` tokens. A looping answer ends
+the request with ``finish_reason: "length"``, as if it had hit its cap, and says the guard
+stopped it (``Finish.looped``); looping reasoning ends only the reasoning, and the answer
+follows (docs/configuration.md).
 
 For every period n it keeps how many pieces in a row have equalled the piece n before them:
 the tail is n-periodic over that run plus n pieces. That costs ``max_ngram`` comparisons per
@@ -34,6 +36,7 @@ class RepetitionGuard:
         self.limits = limits
         self._recent: deque[str] = deque(maxlen=limits.max_ngram + 1)
         self._runs = [0] * (limits.max_ngram + 1)  # index n: pieces equal to the one n before
+        self.looped = False  # it has called a loop
 
     def looping(self, piece: str) -> bool:
         """Feeds one streamed piece; True once the tail is a loop by the limits."""
@@ -47,6 +50,7 @@ class RepetitionGuard:
                 self._runs[n] += 1
                 span = self._runs[n] + n
                 if span >= limits.min_tokens and span >= limits.min_repeats * n:
+                    self.looped = True
                     return True
             else:
                 self._runs[n] = 0

@@ -11,7 +11,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from kimi_server.engines.owner import CallCounters
@@ -29,7 +29,12 @@ class CompletionResult:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
-    cut: bool = False  # stopped by the caller's stop_after, not by llama.cpp
+    cut: bool = False  # stopped part-way: by the caller's stop_after, or the KV cache running out
+    looped: bool = False  # the caller's stop_after ended it (the repetition guard)
+    # The stop string that ended it, when the call asked llama.cpp to say ("verbose").
+    stopping_word: str | None = None
+    # llama.cpp's time computing the prompt (its batches, with whatever other slots shared them).
+    prompt_ms: float = 0.0
 
 
 _DONE = object()
@@ -91,7 +96,7 @@ class CompletionRunner:
                     yield piece
                     if stop_after is not None and stop_after(piece):
                         stopped = True
-                        yield _cut_result("".join(text), len(text), item)
+                        yield replace(_cut_result("".join(text), len(text), item), looped=True)
                         return
                 if choice.get("finish_reason") is not None or "usage" in item:
                     final = item
@@ -158,13 +163,22 @@ def _result(text: str, final: dict[str, Any]) -> CompletionResult:
     timings = final.get("timings") or {}
     prompt = int(usage.get("prompt_tokens", 0))
     cached = int(timings.get("cache_n", (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)))
+    # llama.cpp's own result, beside the OpenAI-shaped one, only for a call that asked for it.
+    native = final.get("__verbose") or {}
+    word = native.get("stopping_word") if native.get("stop_type") == "word" else None
     return CompletionResult(
         text=text,
         finish_reason=str(choice.get("finish_reason") or "stop"),
         prompt_tokens=prompt,
         cached_tokens=min(cached, prompt),
         completion_tokens=int(usage.get("completion_tokens", timings.get("predicted_n", 0))),
+        stopping_word=word if isinstance(word, str) and word else None,
+        prompt_ms=_milliseconds(timings.get("prompt_ms")),
     )
+
+
+def _milliseconds(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and value >= 0 else 0.0
 
 
 def _cut_result(text: str, pieces: int, last: dict[str, Any]) -> CompletionResult:

@@ -41,6 +41,17 @@ class CallStreamParser:
         self._depth = 0
         self._in_string = False
         self._escaped = False
+        self.name = ""  # the call being written: its name and its arguments so far
+        self.arguments = ""
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def pending(self) -> str:
+        """Text fed but not yet taken into an event (a marker or call head only partly there)."""
+        return self._buf
 
     def feed(self, text: str) -> list[ToolCallDelta]:
         self._buf += text
@@ -95,6 +106,7 @@ class CallStreamParser:
             name = match.group(1)
             kind: Literal["function", "builtin_function"] = "builtin_function" if name.startswith("$") else "function"
             out.append(ToolCallDelta(self.count, self._new_id(), name, kind=kind))
+            self.name, self.arguments = name, ""
             self._buf = self._buf[match.end() :]
             self._depth, self._in_string, self._escaped = 0, False, False
             self._state = "args"
@@ -122,10 +134,12 @@ class CallStreamParser:
                 self._depth -= 1
                 if self._depth == 0:
                     out.append(ToolCallDelta(self.count, arguments=self._buf[: i + 1]))
+                    self.arguments += self._buf[: i + 1]
                     self._buf = self._buf[i + 1 :]
                     self._state = "args_end"
                     return
         out.append(ToolCallDelta(self.count, arguments=self._buf))
+        self.arguments += self._buf
         self._buf = ""
 
     def _patch(self, out: list[ToolCallDelta]) -> bool:

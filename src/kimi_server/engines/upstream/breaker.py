@@ -23,6 +23,9 @@ class CircuitBreaker:
         self._failures = 0
         self._opened_at: float | None = None
         self._probing = False
+        # Called when the breaker opens from closed (not when a failed probe opens it again):
+        # the operator's alert (gate/operator_alerts.py). It must not block.
+        self.on_open: Callable[[], None] | None = None
 
     @property
     def state(self) -> State:
@@ -50,8 +53,11 @@ class CircuitBreaker:
     def failure(self) -> None:
         self._failures += 1
         if self._probing or self._failures >= self.threshold:
+            was_closed = self._opened_at is None
             self._opened_at = self._clock()
             self._probing = False
+            if was_closed and self.on_open is not None:
+                self.on_open()
 
     def release(self) -> None:
         """A request that ended neither way (the client left): free the probe, keep the state."""

@@ -21,6 +21,7 @@ def single_upstream(settings: Settings) -> UpstreamConfig | None:
         dialect=settings.upstream_dialect,
         model=settings.upstream_model,
         api_key_env=settings.upstream_api_key_env,
+        transport=settings.upstream_transport,
     )
 
 

@@ -30,11 +30,19 @@ def check(
         typer.Option(help="With --upstream: vllm, sglang, llamacpp, moonshot or openai.", show_default="openai"),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    probe_calls: Annotated[
+        bool,
+        typer.Option(
+            "--probe-calls",
+            help='Also send one small call under tool_choice "required" (billed on a paid upstream): '
+            "does the upstream keep it itself?",
+        ),
+    ] = False,
 ) -> None:
     """Probes each upstream (GET {base_url}/models, with its key) and checks it lists the model;
-    exit status 1 if any fails."""
+    says how each keeps forced tool calls; exit status 1 if any fails."""
     from kimi_server.engines.upstream.build import single_upstream
-    from kimi_server.engines.upstream.health import advice, check_upstream
+    from kimi_server.engines.upstream.health import advice
     from kimi_server.engines.upstream.relay import Upstream
     from kimi_server.policy.catalogue import CATALOGUE
     from kimi_server.settings import load_settings
@@ -66,7 +74,7 @@ def check(
         ups = [Upstream(cfg) for _, cfg, _, _ in targets]
         try:
             reports = await asyncio.gather(
-                *(check_upstream(up, ids) for up, (_, _, ids, _) in zip(ups, targets, strict=True))
+                *(_checked(up, ids, probe_calls) for up, (_, _, ids, _) in zip(ups, targets, strict=True))
             )
         finally:
             for up in ups:
@@ -87,6 +95,43 @@ def check(
     raise typer.Exit(0 if all(r["ok"] for r in reports) else 1)
 
 
+async def _checked(up: Any, public_ids: list[str], probe_calls: bool) -> dict[str, Any]:
+    from kimi_server.engines.upstream.health import check_upstream, first_served, upstream_names
+    from kimi_server.engines.upstream.probe_calls import probe_required_call
+
+    report = await check_upstream(up, public_ids)
+    names = upstream_names(up, public_ids)
+    if probe_calls and report["ok"] and names:
+        model = first_served(names, report.get("served"))
+        report["required_call"] = await probe_required_call(up, model, report)
+    return report
+
+
+# How each way of keeping a forced call reads in the report's line.
+FORCED = {
+    "native": "forced calls native (checked; a miss is asked again as JSON)",
+    "json_schema": "forced calls as JSON Schema answers",
+    "none": "forced calls refused (400)",
+}
+PROBED = {
+    "honoured": "the upstream kept a required call itself",
+    "ignored": "the upstream answered a required call with text",
+    "failed": "the required-call probe failed",
+}
+COSTLY = (
+    ': each forced call costs two; capabilities.forced_tool_calls = "json_schema" '
+    "(llama.cpp's server: dialect llamacpp) asks that way at once"
+)
+
+
+def _probed(r: dict[str, Any]) -> str:
+    outcome = r["required_call"]
+    said = PROBED[outcome]
+    if outcome == "ignored" and r["forced_tool_calls"] == "native":
+        return f"[yellow]{escape(said + COSTLY)}[/yellow]"
+    return escape(said)
+
+
 def _line(r: dict[str, Any]) -> str:
     where = escape(f"{r['model']}  {r['name']} ({r['dialect']})")
     if not r["ok"]:
@@ -97,4 +142,7 @@ def _line(r: dict[str, Any]) -> str:
         line += f"  serves {escape(', '.join(served))}"
     if r.get("not_served"):
         line += f"  (not listed: {escape(', '.join(r['not_served']))})"
+    line += f"  {FORCED[r['forced_tool_calls']]}"
+    if "required_call" in r:
+        line += f"; {_probed(r)}"
     return line

@@ -1,4 +1,5 @@
-"""Connections to one upstream, spread over several small httpx pools.
+"""Connections to one upstream, spread over several small httpx pools; and httpx as the relay's
+transport (``transport``) where the lean client does not serve an upstream.
 
 One httpx pool checks every connection it holds on every request (idle, expired, readable), so
 its CPU cost per request grows with its size: at 64 requests in flight one pool of 256 costs
@@ -19,6 +20,16 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from kimi_server.engines.upstream.transport import (
+    BrokenConnection,
+    ConnectError,
+    ConnectTimeout,
+    PoolTimeout,
+    ReadTimeout,
+    TransportError,
+    TransportName,
+)
+
 if TYPE_CHECKING:
     from kimi_server.engines.upstream.wire_pool import Pool
 
@@ -35,9 +46,21 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def transport_error(exc: httpx.HTTPError) -> TransportError:
+    """httpx's error as the seam's (``transport``): the relay knows one tree."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return ConnectTimeout()
+    if isinstance(exc, httpx.PoolTimeout):
+        return PoolTimeout()
+    if isinstance(exc, httpx.TimeoutException):
+        return ReadTimeout()
+    if isinstance(exc, httpx.ConnectError):
+        return ConnectError(str(exc))
+    return BrokenConnection(type(exc).__name__)
+
+
 class HttpxReply:
-    """An httpx response as the relay reads one: ``status``, ``headers``, ``async for`` over the
-    body, ``read()`` and ``drain(seconds)``, like the lean client's ``wire.Response``."""
+    """An httpx response as the relay reads one (``transport.Reply``), raising the seam's errors."""
 
     __slots__ = ("_resp", "_stream", "headers", "status")
 
@@ -49,20 +72,28 @@ class HttpxReply:
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         if self._stream is None:
-            self._stream = self._resp.aiter_bytes()
+            self._stream = self._chunks()
         return self._stream
 
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._resp.aiter_bytes():
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise transport_error(exc) from None
+
     async def read(self) -> bytes:
-        return await self._resp.aread()
+        try:
+            return await self._resp.aread()
+        except httpx.HTTPError as exc:
+            raise transport_error(exc) from None
 
     async def drain(self, seconds: float) -> None:
-        """Reads what is left (after ``[DONE]``, the end of the chunked body) so the connection
-        goes back to the pool; a server that lingers is not waited for."""
         try:
             async with asyncio.timeout(seconds):
                 async for _ in self:
                     pass
-        except (TimeoutError, httpx.HTTPError):
+        except (TimeoutError, TransportError):
             pass
 
 
@@ -104,15 +135,6 @@ class ClientSet:
         finally:
             self._busy[i] -= 1
 
-    @asynccontextmanager
-    async def post(
-        self, url: str, body: Any, headers: Mapping[str, str], timeouts: httpx.Timeout
-    ) -> AsyncIterator[HttpxReply]:
-        """The relay's call through httpx, for upstreams behind a proxy: the lean client's
-        response interface over ``stream``."""
-        async with self.stream("POST", url, json=body, headers=headers, timeout=timeouts) as resp:
-            yield HttpxReply(resp)
-
     def wire_pool(self, url: str) -> Pool:
         """The lean client's pool for ``url``'s origin (engines/upstream/wire.py), one per
         origin, holding at most ``max_connections`` like the httpx pools together."""
@@ -130,3 +152,25 @@ class ClientSet:
             pool.close()
         for client in self.clients:
             await client.aclose()
+
+
+class HttpxTransport:
+    """httpx as the relay's transport: it honours HTTP(S)_PROXY, ALL_PROXY and NO_PROXY."""
+
+    name: TransportName = "httpx"
+
+    def __init__(self, clients: ClientSet, url: str, headers: Mapping[str, str], timeout: httpx.Timeout) -> None:
+        self.clients = clients
+        self.url = url
+        self.headers = headers
+        self.timeout = timeout
+
+    @asynccontextmanager
+    async def post(self, body: dict[str, Any]) -> AsyncIterator[HttpxReply]:
+        try:
+            async with self.clients.stream(
+                "POST", self.url, json=body, headers=self.headers, timeout=self.timeout
+            ) as resp:
+                yield HttpxReply(resp)
+        except httpx.HTTPError as exc:
+            raise transport_error(exc) from None

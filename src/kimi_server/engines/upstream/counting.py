@@ -154,6 +154,8 @@ class SGLangTokenizer(VLLMTokenizer):
         return await self.text(http, body["model"], text) + framing + media
 
 
+# The dialects whose servers count a chat body's prompt as they bill it.
+EXACT_TOKENIZERS = frozenset({"llamacpp", "vllm"})
 TOKENIZERS: dict[str, TokenizeAPI] = {
     "llamacpp": LlamaCppTokenizer(),
     "vllm": VLLMTokenizer(),
@@ -201,20 +203,33 @@ class TokenCounter:
         self._http = _Http(up)
         self._skip_until = 0.0
 
+    async def prompt(self, body: dict[str, Any]) -> int | None:
+        """The body's prompt by the upstream's own tokenizer; None where it has none or fails."""
+        if self._api is None or time.monotonic() < self._skip_until:
+            return None
+        try:
+            async with asyncio.timeout(TOKENIZE_TIMEOUT):
+                return await self._api.prompt(self._http, body)
+        except (TokenizerUnavailable, httpx.HTTPError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+            self._unavailable(exc)
+            return None
+
+    def _unavailable(self, exc: Exception) -> None:
+        self._skip_until = time.monotonic() + RETRY_AFTER
+        log.warning(
+            "upstream %s: its tokenizer did not answer (%s); token counts are estimated locally for the next %.0f s",
+            self._up.name,
+            type(exc).__name__,
+            RETRY_AFTER,
+        )
+
     async def count(self, body: dict[str, Any], transcript: Transcript, *, need_prompt: bool) -> Counts:
         if self._api is not None and time.monotonic() >= self._skip_until:
             try:
                 async with asyncio.timeout(TOKENIZE_TIMEOUT):
                     return await self._tokenize(self._api, body, transcript, need_prompt)
             except (TokenizerUnavailable, httpx.HTTPError, TimeoutError, ValueError, KeyError, TypeError) as exc:
-                self._skip_until = time.monotonic() + RETRY_AFTER
-                log.warning(
-                    "upstream %s: its tokenizer did not answer (%s); token counts are estimated locally "
-                    "for the next %.0f s",
-                    self._up.name,
-                    type(exc).__name__,
-                    RETRY_AFTER,
-                )
+                self._unavailable(exc)
         return await asyncio.to_thread(estimate_counts, body, transcript, need_prompt)
 
     async def _tokenize(

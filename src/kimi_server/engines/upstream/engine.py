@@ -10,30 +10,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 from kimi_server.engines.owner import CallCounters
 from kimi_server.engines.types import EngineEvent, Finish, GenerationRequest, ReasoningDelta
-from kimi_server.engines.upstream.counting import TokenCounter, Transcript
+from kimi_server.engines.upstream.counting import EXACT_TOKENIZERS, TokenCounter, Transcript
 from kimi_server.engines.upstream.errors import (
+    MissingToolCallError,
     UpstreamRateLimitError,
     UpstreamStreamError,
     UpstreamUnavailableError,
 )
-from kimi_server.engines.upstream.forced_calls import CallReader, as_calls, forced_mode
 from kimi_server.engines.upstream.normalise import Normaliser
-from kimi_server.engines.upstream.payload import build_body, check_capabilities
+from kimi_server.engines.upstream.payload import check_capabilities
+from kimi_server.engines.upstream.plan import attempt_events, plan_for
 from kimi_server.engines.upstream.relay import Failure, Upstream
 from kimi_server.engines.upstream.selection import weighted_order
 from kimi_server.errors import APIError
 
 log = logging.getLogger(__name__)
-
-# Slack over the output cap before an upstream's stream counts as endless.
-PIECE_SLACK = 64
 
 
 class UpstreamEngine:
@@ -94,21 +92,19 @@ class UpstreamEngine:
             last: APIError | None = None
             for up in self._candidates(req):
                 self.counters["failovers"] += last is not None  # the previous one failed
-                body, limit, as_json = _prepared(req, up)
+                plan = plan_for(req, up)
                 for attempt in range(up.cfg.retries + 1):
                     if not up.breaker.allow():
                         last = last or UpstreamUnavailableError("The model's engines are all failing; retry later.")
                         break
-                    normaliser = Normaliser(
-                        report_cache=up.cfg.capabilities.prompt_cache, separate_writes=req.cache.separate_writes
-                    )
+                    normaliser = plan.normaliser(up)
                     transcript = Transcript()
                     try:
-                        async with aclosing(_attempt_events(up, body, normaliser, limit, as_json)) as events:
+                        async with aclosing(attempt_events(up, plan, normaliser)) as events:
                             async for event in events:
                                 sent = True
                                 if isinstance(event, Finish):
-                                    event = await self._counted(up, body, normaliser, transcript, event)
+                                    event = await self._counted(up, plan.body, normaliser, transcript, event)
                                 else:
                                     transcript.add(event)
                                     if type(event) is hidden:
@@ -139,7 +135,7 @@ class UpstreamEngine:
         if sent:
             # Output has reached the client: no retry, the stream ends with an error.
             err = failure.error
-            if not isinstance(err, UpstreamStreamError):
+            if not isinstance(err, UpstreamStreamError | MissingToolCallError):
                 err = UpstreamStreamError(err.message)
             raise err from None
         _pass_retry_after(failure.error, failure.retry_after, cfg.max_retry_after)
@@ -163,11 +159,26 @@ class UpstreamEngine:
         if not (no_prompt or no_output):
             return finish
         transcript.stopped = finish.reason != "length"
+        counts = await self._counter(up).count(body, transcript, need_prompt=no_prompt)
+        return replace(finish, usage=normaliser.counted_usage(counts))
+
+    def _counter(self, up: Upstream) -> TokenCounter:
         counter = self._counters.get(up)
         if counter is None:
             counter = self._counters[up] = TokenCounter(up)
-        counts = await counter.count(body, transcript, need_prompt=no_prompt)
-        return Finish(finish.reason, normaliser.counted_usage(counts))
+        return counter
+
+    def counts_exactly(self) -> bool:
+        # llama.cpp's and vLLM's servers render and tokenize the very body they would run;
+        # SGLang's count adds estimated framing, and other dialects have no tokenizer at all.
+        return all(up.cfg.dialect in EXACT_TOKENIZERS for up in self.upstreams)
+
+    async def ask_prompt_tokens(self, req: GenerationRequest) -> int | None:
+        """The prompt by the tokenizer of the upstream the request would go to first, on the body
+        it would be sent (engines.base.PromptAsker); None where that upstream has no tokenizer."""
+        for up in self._candidates(req):
+            return await self._counter(up).prompt(plan_for(req, up).body)
+        return None
 
     async def health(self, deep: bool) -> list[dict[str, Any]]:
         from kimi_server.engines.upstream.health import check_upstream
@@ -175,29 +186,6 @@ class UpstreamEngine:
         if not deep:
             return [{"name": up.name, "state": up.breaker.state} for up in self.upstreams]
         return list(await asyncio.gather(*(check_upstream(up) for up in self.upstreams)))
-
-
-def _prepared(req: GenerationRequest, up: Upstream) -> tuple[dict[str, Any], int, bool]:
-    """The body for this upstream, the pieces past which its stream counts as endless, and
-    whether a forced call is asked for as a JSON answer."""
-    cfg = up.cfg
-    body = build_body(
-        req,
-        model=cfg.model or req.model,
-        dialect=up.dialect,
-        caps=cfg.capabilities,
-        max_output_tokens=cfg.max_output_tokens,
-    )
-    limit = body[up.dialect.max_tokens_field] + PIECE_SLACK
-    return body, limit, forced_mode(req, up.dialect, cfg.capabilities) == "json_schema"
-
-
-def _attempt_events(
-    up: Upstream, body: dict[str, Any], normaliser: Normaliser, limit: int, as_json: bool
-) -> AsyncGenerator[EngineEvent, None]:
-    deadline = time.monotonic() + up.cfg.total_timeout
-    events = up.attempt(body, normaliser, piece_limit=limit, deadline=deadline)
-    return as_calls(events, CallReader()) if as_json else events
 
 
 def _pass_retry_after(error: APIError, seconds: float | None, bound: float) -> None:

@@ -32,3 +32,10 @@ class UpstreamRateLimitError(APIError):
 
 class UpstreamStreamError(BadGatewayError):
     """The upstream's stream broke after output had begun: malformed, truncated or stalled."""
+
+
+class MissingToolCallError(BadGatewayError):
+    """A ``tool_choice`` of "required" or a named function, and the upstream's answer (asked
+    again under a JSON Schema where it takes one) held no such call."""
+
+    default_code = "upstream_no_tool_call"

@@ -18,8 +18,7 @@ from typing import Any, Literal
 
 from kimi_server.engines.types import ContentDelta, EngineEvent, Finish, GenerationRequest, ToolCallDelta, ToolSpec
 from kimi_server.engines.upstream.dialects import Dialect
-from kimi_server.engines.upstream.errors import BadGatewayError
-from kimi_server.engines.upstream.relay import Failure
+from kimi_server.engines.upstream.required_calls import missing_call
 from kimi_server.engines.web_search_tool import WEB_SEARCH_NAME
 from kimi_server.errors import InvalidRequestError
 from kimi_server.settings import UpstreamCapabilities
@@ -28,14 +27,19 @@ ForcedMode = Literal["native", "json_schema", "none"]
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
-def forced_mode(req: GenerationRequest, dialect: Dialect, caps: UpstreamCapabilities) -> ForcedMode | None:
-    """How this upstream keeps a forced call; None when the request forces none."""
-    if not req.tools or req.tool_choice.mode not in ("required", "named"):
-        return None
+def kept_by(dialect: Dialect, caps: UpstreamCapabilities) -> ForcedMode:
+    """How an upstream keeps a forced call: its route's setting, else its dialect's."""
     mode: ForcedMode = caps.forced_tool_calls or dialect.forced_tool_calls
     if mode == "json_schema" and not caps.json_schema:
         return "none"
     return mode
+
+
+def forced_mode(req: GenerationRequest, dialect: Dialect, caps: UpstreamCapabilities) -> ForcedMode | None:
+    """How this upstream keeps a forced call; None when the request forces none."""
+    if not req.tools or req.tool_choice.mode not in ("required", "named"):
+        return None
+    return kept_by(dialect, caps)
 
 
 def check_forced(req: GenerationRequest, dialect: Dialect, caps: UpstreamCapabilities) -> None:
@@ -201,12 +205,7 @@ class CallReader:
             return finish if finish.reason == "length" else Finish("tool_calls", finish.usage)
         if finish.reason == "length":
             return finish  # cut at the output cap mid-call: the client sees what there was
-        raise Failure(
-            BadGatewayError("The model's engine did not answer with a tool call."),
-            retry=False,
-            failover=False,
-            counts=False,
-        )
+        raise missing_call()
 
 
 async def as_calls(events: AsyncGenerator[EngineEvent, None], reader: CallReader) -> AsyncGenerator[EngineEvent, None]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from kimi_server.engines.upstream.forced_calls import kept_by
 from kimi_server.engines.upstream.relay import Upstream
 
 LISTED = 20  # model ids named in a report: enough to choose from, short for a huge catalogue
@@ -52,7 +53,14 @@ async def check_upstream(
     started = time.monotonic()
     limit = timeout or up.cfg.connect_timeout
     names = upstream_names(up, public_ids)
-    report: dict[str, Any] = {"name": up.name, "dialect": up.cfg.dialect, "state": up.breaker.state}
+    report: dict[str, Any] = {
+        "name": up.name,
+        "dialect": up.cfg.dialect,
+        "state": up.breaker.state,
+        # How tool_choice "required" / a named function is kept there (forced_calls.py).
+        "forced_tool_calls": kept_by(up.dialect, up.cfg.capabilities),
+        "transport": up.transport.name,
+    }
     if names:
         report["upstream_models"] = names
     problem: str | None = None
@@ -68,7 +76,7 @@ async def check_upstream(
         problem = _listing_problem(up, resp, names, report)
     report["reachable"] = "status" in report
     if problem is None and call and names:
-        problem = await _one_token(up, _first_served(names, report.get("served")), report)
+        problem = await _one_token(up, first_served(names, report.get("served")), report)
     report["ok"] = problem is None
     if problem is not None:
         report["problem"] = problem
@@ -107,7 +115,7 @@ def _model_ids(resp: httpx.Response) -> list[str] | None:
     return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
 
 
-def _first_served(names: list[str], served: list[str] | None) -> str:
+def first_served(names: list[str], served: list[str] | None) -> str:
     return next((n for n in names if served is None or n in served), names[0])
 
 

@@ -54,6 +54,7 @@ class Normaliser:
         self._report_cache = report_cache
         self._separate_writes = separate_writes
         self.finish_reason: str | None = None
+        self.stop_word: str | None = None  # the stop string that ended the answer, if told
         self.usage: dict[str, Any] | None = None
         self.pieces = 0  # output deltas seen: a floor on the tokens generated
         self.reasoning_pieces = 0
@@ -97,6 +98,7 @@ class Normaliser:
             self.usage = choice["usage"]
         if choice.get("finish_reason"):
             self.finish_reason = str(choice["finish_reason"])
+            self.stop_word = _stop_word(chunk, choice)
         delta = choice.get("delta") or choice.get("message") or {}
         return delta if isinstance(delta, dict) else None
 
@@ -153,7 +155,7 @@ class Normaliser:
         reason = FINISH.get(self.finish_reason or "stop", "stop")
         if self.calls and reason != "length":
             reason = "tool_calls"
-        out.append(Finish(reason, self._usage()))
+        out.append(Finish(reason, self._usage(), self.stop_word if reason == "stop" else None))
         return out
 
     def missing_counts(self) -> tuple[bool, bool]:
@@ -198,6 +200,18 @@ class Normaliser:
             written = 0
         source: UsageSource = "engine" if counted is None else counted.source
         return Usage(prompt, cached, written, completion, reasoning, source=source)
+
+
+def _stop_word(chunk: dict[str, Any], choice: dict[str, Any]) -> str | None:
+    """The stop string a finished choice names, where the upstream says: vLLM's ``stop_reason``
+    (an int there is a stop token's id, not a string), llama.cpp's ``stopping_word`` (in the
+    result it adds under ``__verbose`` when asked)."""
+    verbose = chunk.get("__verbose")
+    native = verbose.get("stopping_word") if isinstance(verbose, dict) else None
+    for word in (choice.get("stop_reason"), native):
+        if isinstance(word, str) and word:
+            return word
+    return None
 
 
 def _int(value: Any) -> int:

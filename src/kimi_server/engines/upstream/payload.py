@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kimi_server.engines.types import GenerationRequest, Message, ToolSpec
+from kimi_server.engines.types import ContentPart, GenerationRequest, Message, ToolSpec
 from kimi_server.engines.upstream.dialects import Dialect
 from kimi_server.engines.upstream.forced_calls import check_forced, forced_mode, json_answer_fields
+from kimi_server.engines.upstream.partial import check_partial, prefix_fields, prefix_message
 from kimi_server.engines.upstream.system_tools import message_fields, request_tools
 from kimi_server.engines.web_search_tool import expose_web_search
 from kimi_server.errors import InvalidRequestError
@@ -33,6 +34,7 @@ def check_capabilities(req: GenerationRequest, caps: UpstreamCapabilities, diale
             code="unsupported_tool",
         )
     check_forced(req, dialect, caps)
+    check_partial(req, dialect)
     if req.output_format.kind == "json_schema" and not caps.json_schema:
         raise InvalidRequestError(
             f"{req.model} is served by an upstream engine without JSON Schema output; send the "
@@ -51,12 +53,21 @@ def check_capabilities(req: GenerationRequest, caps: UpstreamCapabilities, diale
 def _content(msg: Message, vision: bool) -> str | list[dict[str, Any]]:
     if not (vision and (msg.images or msg.videos)):
         return msg.text
+    if msg.parts:  # the client's order: an image may belong to the text around it
+        return [_part(p) for p in msg.parts]
     parts: list[dict[str, Any]] = []
     if msg.text:
         parts.append({"type": "text", "text": msg.text})
     parts += [{"type": "image_url", "image_url": {"url": u}} for u in msg.images]
     parts += [{"type": "video_url", "video_url": {"url": u}} for u in msg.videos]
     return parts
+
+
+def _part(part: ContentPart) -> dict[str, Any]:
+    if part.kind == "text":
+        return {"type": "text", "text": part.value}
+    field = f"{part.kind}_url"
+    return {"type": field, field: {"url": part.value}}
 
 
 def _message(msg: Message, dialect: Dialect, vision: bool) -> dict[str, Any]:
@@ -93,6 +104,9 @@ def build_body(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if req.answer_prefix is not None:  # Partial Mode, as the dialect carries it
+        body["messages"].append(prefix_message(req.answer_prefix, dialect))
+        body.update(prefix_fields(dialect))
     cap = req.max_output_tokens
     body[dialect.max_tokens_field] = min(cap, max_output_tokens) if max_output_tokens else cap
     spec = find_model(req.model)

@@ -1,7 +1,8 @@
 """One upstream server: its pooled HTTP clients, its breaker, and one streamed attempt.
 
-The attempt's request goes through the lean client (``wire``), or through httpx where a proxy
-applies; health checks and the other one-off calls use httpx (``Upstream.client``).
+The attempt's request goes through the upstream's transport (``transport``), chosen once: the
+lean client (``wire``), or httpx where a proxy applies or the configuration asks for it; health
+checks and the other one-off calls use httpx (``Upstream.client``).
 
 An attempt yields engine events as the upstream's SSE chunks arrive (no buffering) and raises
 ``Failure`` describing what went wrong and what may be done about it (retry, fail over).
@@ -16,17 +17,17 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from kimi_server.engines.types import EngineEvent, Finish
 from kimi_server.engines.upstream.breaker import CircuitBreaker
-from kimi_server.engines.upstream.clients import ClientSet
+from kimi_server.engines.upstream.clients import ClientSet, HttpxTransport
 from kimi_server.engines.upstream.dialects import get_dialect
 from kimi_server.engines.upstream.errors import (
     BadGatewayError,
@@ -38,8 +39,16 @@ from kimi_server.engines.upstream.errors import (
 from kimi_server.engines.upstream.normalise import Normaliser
 from kimi_server.engines.upstream.scrub import register_upstream, scrub
 from kimi_server.engines.upstream.sse import SSEParser
-from kimi_server.engines.upstream.wire import ConnectError, ConnectTimeout, PoolTimeout, WireError, WireTimeout
-from kimi_server.engines.upstream.wire_pool import Pool, Timeouts, encode_body, proxied, request_head
+from kimi_server.engines.upstream.transport import (
+    ConnectError,
+    ConnectTimeout,
+    PoolTimeout,
+    Reply,
+    Transport,
+    TransportError,
+    TransportTimeout,
+)
+from kimi_server.engines.upstream.wire_pool import Timeouts, WireTransport, proxied, request_head
 from kimi_server.errors import APIError, InvalidRequestError, PayloadTooLargeError
 from kimi_server.settings import UpstreamConfig
 
@@ -75,21 +84,25 @@ class Upstream:
             connect=cfg.connect_timeout, read=cfg.read_timeout, write=cfg.read_timeout, pool=cfg.connect_timeout
         )
         self.clients = clients or ClientSet(cfg.max_connections, self.timeout)
-        self.wire_timeouts = Timeouts(connect=cfg.connect_timeout, read=cfg.read_timeout, pool=cfg.connect_timeout)
-        self.head = b""
-        self.pool: Pool | None = None  # None: the attempt goes through httpx
-        if not proxied(self.url):
+        self.transport = self._transport()
+
+    def _transport(self) -> Transport:
+        """The lean client unless httpx is asked for, a proxy applies, or the URL or key is one
+        only httpx sends (or refuses)."""
+        if self.cfg.transport == "auto" and not proxied(self.url):
             try:
-                self.head = request_head(self.url, self.headers)
+                head = request_head(self.url, self.headers)
             except ValueError:
-                pass  # a URL or key only httpx sends (or refuses) as today
+                pass
             else:
-                self.pool = self.clients.wire_pool(self.url)
+                cfg = self.cfg
+                timeouts = Timeouts(connect=cfg.connect_timeout, read=cfg.read_timeout, pool=cfg.connect_timeout)
+                return WireTransport(self.clients.wire_pool(self.url), head, timeouts)
+        return HttpxTransport(self.clients, self.url, self.headers, self.timeout)
 
     @property
     def client(self) -> httpx.AsyncClient:
-        """A client for one-off calls (health checks); relayed requests go through ``pool`` (or
-        ``clients.post`` where a proxy applies)."""
+        """A client for one-off calls (health checks); relayed requests go through ``transport``."""
         return self.clients.any()
 
     async def close(self) -> None:
@@ -192,29 +205,9 @@ class Upstream:
         return [*normaliser.feed(_loads(whole)), *normaliser.finish()]
 
 
-class Reply(Protocol):
-    """A response as the relay reads it: ``wire.Response``, or ``clients.HttpxReply``."""
-
-    @property
-    def status(self) -> int: ...
-
-    @property
-    def headers(self) -> Mapping[str, str]: ...
-
-    def __aiter__(self) -> AsyncIterator[bytes]: ...
-
-    async def read(self) -> bytes: ...
-
-    async def drain(self, seconds: float) -> None: ...
-
-
-_TRANSPORT_ERRORS = (httpx.TransportError, WireError)
-_CONNECT_TIMEOUTS = (httpx.ConnectTimeout, httpx.PoolTimeout, ConnectTimeout, PoolTimeout)
-
-
 class _Call:
-    """One relayed request, on the lean client or (behind a proxy) httpx. Transport errors
-    become Failures, whether they come while connecting or while the body streams."""
+    """One relayed request on the upstream's transport. Transport errors become Failures,
+    whether they come while connecting or while the body streams."""
 
     __slots__ = ("body", "cm", "up")
 
@@ -224,15 +217,10 @@ class _Call:
         self.cm: AbstractAsyncContextManager[Reply] | None = None
 
     async def __aenter__(self) -> Reply:
-        up = self.up
-        cm: AbstractAsyncContextManager[Reply]
-        if up.pool is not None:
-            cm = up.pool.post(up.head, encode_body(self.body), up.wire_timeouts)
-        else:
-            cm = up.clients.post(up.url, self.body, up.headers, up.timeout)
+        cm = self.up.transport.post(self.body)
         try:
             resp = await cm.__aenter__()
-        except _TRANSPORT_ERRORS as exc:
+        except TransportError as exc:
             raise _transport_failure(exc) from None
         self.cm = cm
         return resp
@@ -241,17 +229,17 @@ class _Call:
         assert self.cm is not None
         try:
             await self.cm.__aexit__(typ, exc, tb)
-        except _TRANSPORT_ERRORS as closing:
+        except TransportError as closing:
             exc = exc or closing
-        if isinstance(exc, _TRANSPORT_ERRORS):
+        if isinstance(exc, TransportError):
             raise _transport_failure(exc) from None
 
 
-def _transport_failure(exc: Exception) -> Failure:
-    if isinstance(exc, httpx.TimeoutException | WireTimeout):
-        where = "connect" if isinstance(exc, _CONNECT_TIMEOUTS) else "respond"
+def _transport_failure(exc: TransportError) -> Failure:
+    if isinstance(exc, TransportTimeout):
+        where = "connect" if isinstance(exc, ConnectTimeout | PoolTimeout) else "respond"
         return Failure(GatewayTimeoutError(f"The model's engine did not {where} in time."))
-    if isinstance(exc, httpx.ConnectError | ConnectError):
+    if isinstance(exc, ConnectError):
         return Failure(UpstreamUnavailableError("The model's engine is unreachable."))
     return Failure(UpstreamStreamError("The model's engine dropped the connection."))
 

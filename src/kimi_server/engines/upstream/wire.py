@@ -6,8 +6,8 @@ httpx spends about a quarter of the relay's CPU per request at 64 in flight: par
 none of it: the request head is built once per upstream, each request is a single write, the
 response is parsed by httptools (llhttp, in C) straight into a small Response, and the read
 timeout is one timer per request re-armed lazily rather than a timeout per read. Proxies,
-health checks and the other one-off calls stay on httpx. Pools and connection setup are in
-``wire_pool``.
+health checks and the other one-off calls stay on httpx. Pools, connection setup and the
+transport this client is to the relay (``transport``) are in ``wire_pool``.
 """
 
 from __future__ import annotations
@@ -17,39 +17,13 @@ from typing import TYPE_CHECKING
 
 import httptools
 
+from kimi_server.engines.upstream.transport import BrokenConnection, ReadTimeout, TransportError
+
 if TYPE_CHECKING:
     from kimi_server.engines.upstream.wire_pool import Pool
 
 # Unread body bytes beyond which the socket stops being read until the consumer catches up.
 READ_HIGH = 256 * 1024
-
-
-class WireError(Exception):
-    """No usable response: the exchange failed below HTTP."""
-
-
-class WireTimeout(WireError):
-    pass
-
-
-class ConnectTimeout(WireTimeout):
-    pass
-
-
-class PoolTimeout(WireTimeout):
-    pass
-
-
-class ReadTimeout(WireTimeout):
-    pass
-
-
-class ConnectError(WireError):
-    pass
-
-
-class TransportError(WireError):
-    """The connection broke, or the server sent something that is not HTTP/1.1."""
 
 
 class Response:
@@ -65,7 +39,7 @@ class Response:
         self._chunks: list[bytes] = []
         self._buffered = 0
         self._ended = False  # the whole body has arrived (it may not all be read yet)
-        self._error: WireError | None = None
+        self._error: TransportError | None = None
         self._waiter: asyncio.Future[None] | None = None
 
     def __aiter__(self) -> Response:
@@ -103,7 +77,7 @@ class Response:
             async with asyncio.timeout(seconds):
                 async for _ in self:
                     pass
-        except (TimeoutError, WireError):
+        except (TimeoutError, TransportError):
             pass
 
     async def _head(self) -> None:
@@ -121,7 +95,7 @@ class Response:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def _fail(self, error: WireError) -> None:
+    def _fail(self, error: TransportError) -> None:
         if self._error is None and not self._ended:
             self._error = error
             self._wake()
@@ -176,7 +150,7 @@ class Connection(asyncio.Protocol):
         self.read_timeout = read_timeout
         self.last = now = self.loop.time()
         if self.closed or self.transport.is_closing():
-            resp._fail(TransportError("the server closed the connection"))
+            resp._fail(BrokenConnection("the server closed the connection"))
             return
         self.transport.write(data)
         self.timer = self.loop.call_at(now + read_timeout, self._tick)
@@ -241,7 +215,7 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):
-            resp._fail(TransportError("malformed response"))
+            resp._fail(BrokenConnection("malformed response"))
             self.close()
 
     def eof_received(self) -> bool:
@@ -267,7 +241,7 @@ class Connection(asyncio.Protocol):
             resp._ended = True
             resp._wake()
         else:
-            resp._fail(TransportError("the server closed the connection"))
+            resp._fail(BrokenConnection("the server closed the connection"))
 
     # --- httptools callbacks
 
@@ -275,7 +249,7 @@ class Connection(asyncio.Protocol):
         resp = self.resp
         if resp is None or resp._ended:
             # A second response to one request: feed_data fails, and the connection is closed.
-            raise TransportError("an unrequested response")
+            raise BrokenConnection("an unrequested response")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         assert self.resp is not None

@@ -20,14 +20,14 @@ from urllib.parse import quote, urlsplit
 
 from kimi_server import __version__
 from kimi_server.engines.upstream.clients import KEEPALIVE_EXPIRY, tls_context
-from kimi_server.engines.upstream.wire import (
+from kimi_server.engines.upstream.transport import (
+    BrokenConnection,
     ConnectError,
-    Connection,
     ConnectTimeout,
     PoolTimeout,
-    Response,
-    TransportError,
+    TransportName,
 )
+from kimi_server.engines.upstream.wire import Connection, Response
 
 # The head names this server; compression is not asked for (this client does not decode it).
 USER_AGENT = f"kimi-server/{__version__}"
@@ -247,6 +247,21 @@ class Pool:
             conn.close()
 
 
+class WireTransport:
+    """The lean client as the relay's transport: the head built once, one pool per origin."""
+
+    __slots__ = ("head", "pool", "timeouts")
+    name: TransportName = "wire"
+
+    def __init__(self, pool: Pool, head: bytes, timeouts: Timeouts) -> None:
+        self.pool = pool
+        self.head = head
+        self.timeouts = timeouts
+
+    def post(self, body: dict[str, Any]) -> Exchange:
+        return self.pool.post(self.head, encode_body(body), self.timeouts)
+
+
 class Exchange:
     """One request: sent on a pooled connection, and once more on a new one if a reused
     connection turns out to have been closed by the server before any of the answer came."""
@@ -269,7 +284,7 @@ class Exchange:
                 conn.send(resp, self.data, self.timeouts.read)
                 await resp._head()
                 return resp
-            except TransportError:
+            except BrokenConnection:
                 if not reused or conn.got:
                     conn.done()
                     raise

@@ -1,11 +1,12 @@
-"""The prompt cache: a repeated prefix is read from the cache the second time."""
+"""The prompt cache: a repeated prefix is read from the cache the second time. An endpoint that
+says the model has none (``capabilities.prompt_cache: false`` in ``GET /models``) skips it."""
 
 from __future__ import annotations
 
 import secrets
 from typing import Any
 
-from kimi_server.verify.outcome import expect
+from kimi_server.verify.outcome import Skipped, expect
 from kimi_server.verify.registry import check
 from kimi_server.verify.target import ACCEPT_TOKENS, Target
 
@@ -25,6 +26,8 @@ def _usage(t: Target, model: str, prefix: str, question: str) -> dict[str, Any]:
 
 @check("cache", "repeated prefix is a cache hit")
 def repeated_prefix(t: Target, model: str) -> str:
+    if t.declared(model, "prompt_cache") is False:
+        raise Skipped(f"GET /models says {model} has no prompt cache (capabilities.prompt_cache: false)")
     prefix = f"Run {secrets.token_hex(6)}. Answer from these facts. {FACTS}"
     first = _usage(t, model, prefix, "What is the river's number?")
     second = _usage(t, model, prefix, "What is the lantern's number?")

@@ -1,4 +1,4 @@
-"""Reasoning effort levels and their aliases, and (``moonshot``) the ``thinking`` switch."""
+"""Reasoning effort levels and their aliases (the ``thinking`` switch is the ``contract`` group's)."""
 
 from __future__ import annotations
 
@@ -47,20 +47,3 @@ def none_keeps_reasoning(t: Target, model: str) -> str:
     details = (answer.get("usage") or {}).get("completion_tokens_details") or {}
     expect(details.get("reasoning_tokens", 0) > 0, "no reasoning tokens: effort 'none' turned reasoning off")
     return "reasoning_tokens > 0"
-
-
-@check("effort", "thinking switch")
-def thinking_switch(t: Target, model: str) -> str:
-    if not t.contract.thinking_switch:
-        raise Skipped(f"the {t.contract.name} contract has no thinking switch")
-    temp = t.contract.non_thinking_temperature
-    extra = {"temperature": temp} if temp is not None and t.rules(model).fixed_sampling else {}
-    answer = t.chat(model=model, max_completion_tokens=16, thinking={"type": "disabled"}, **extra)
-    message = answer["choices"][0]["message"]
-    expect(not message.get("reasoning_content"), "reasoning_content present with thinking disabled")
-    details = (answer.get("usage") or {}).get("completion_tokens_details") or {}
-    expect(not details.get("reasoning_tokens"), "reasoning_tokens > 0 with thinking disabled")
-    body = {"model": model, "messages": SAY_OK, "max_completion_tokens": ACCEPT_TOKENS}
-    t.refused(CHAT, {**body, "thinking": {"type": "sometimes"}}, param="thinking")
-    t.chat(model=model, max_completion_tokens=ACCEPT_TOKENS, thinking={"type": "enabled"})
-    return "disabled: no reasoning; enabled accepted; unknown type refused"

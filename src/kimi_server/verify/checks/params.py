@@ -1,12 +1,11 @@
-"""Parameter rules and their 400s, per model (the reference's model table), and what the
-``moonshot`` contract fixes on top (penalties, the non-thinking temperature)."""
+"""Parameter rules and their 400s, per model (the reference's model table). What the two
+contracts disagree on (penalties, the temperature without thinking) is the ``contract`` group's."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kimi_server.verify.contracts import FIXED_TEMPERATURE, FIXED_TOP_P
-from kimi_server.verify.outcome import Skipped
 from kimi_server.verify.registry import check
 from kimi_server.verify.target import ACCEPT_TOKENS, SAY_OK, Target
 
@@ -50,29 +49,6 @@ def sampling_rules(t: Target, model: str) -> str:
         return "only the fixed values"
     t.chat(**_body(model, temperature=0.3, top_p=0.8))
     return "other values accepted and ignored"
-
-
-@check("params", "penalties fixed at 0", per_model=True)
-def penalties(t: Target, model: str) -> None:
-    if not t.contract.fixed_penalties:
-        raise Skipped(f"the {t.contract.name} contract does not fix the penalties")
-    if not t.rules(model).fixed_sampling:
-        raise Skipped("this model's sampling fields are not fixed")
-    t.refused(CHAT, _body(model, presence_penalty=0.5), param="presence_penalty")
-    t.refused(CHAT, _body(model, frequency_penalty=0.5), param="frequency_penalty")
-
-
-@check("params", "non-thinking temperature", per_model=True)
-def non_thinking_sampling(t: Target, model: str) -> None:
-    temp = t.contract.non_thinking_temperature
-    if temp is None or not t.contract.thinking_switch:
-        raise Skipped(f"the {t.contract.name} contract has no thinking switch")
-    if not t.rules(model).fixed_sampling:
-        raise Skipped("this model's sampling fields are not fixed")
-    off = {"thinking": {"type": "disabled"}}
-    t.chat(**_body(model, temperature=temp, top_p=FIXED_TOP_P, **off))
-    t.refused(CHAT, _body(model, temperature=FIXED_TEMPERATURE, **off), param="temperature")
-    t.refused(CHAT, _body(model, temperature=temp), param="temperature")
 
 
 @check("params", "prompt_cache_options rules", per_model=True)

@@ -21,6 +21,11 @@ class Dialect:
     # How tool_choice "required" / a named function is kept (engines/upstream/forced_calls.py):
     # the engine constrains the call itself, or answers JSON under a schema read back as a call.
     forced_tool_calls: Literal["native", "json_schema", "none"] = "native"
+    # Partial Mode (engines/upstream/partial.py): how the answer's prefix reaches the engine:
+    # Moonshot's ``partial`` flag on the last assistant message, vLLM's
+    # ``continue_final_message``, a final assistant message the engine continues (llama.cpp's
+    # server prefill), or not at all (a 400 before anything is sent).
+    partial: Literal["flag", "continue", "prefill", "none"] = "none"
 
     def reasoning_controls(self, effort: str, native_reasoning: bool) -> dict[str, Any]:
         """Body fields that ask for reasoning at ``effort`` (one of the catalogue's levels)."""

@@ -14,6 +14,7 @@ from kimi_server.engines.upstream.dialects.base import Dialect, register
 
 class LlamaCppDialect(Dialect):
     name = "llamacpp"
+    partial = "prefill"
     forced_tool_calls = "json_schema"
 
     def reasoning_controls(self, effort: str, native_reasoning: bool) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from kimi_server.engines.upstream.system_tools import SystemTools
 
 class MoonshotDialect(Dialect):
     name = "moonshot"
+    partial = "flag"
     system_tools = SystemTools.NATIVE
 
     def reasoning_controls(self, effort: str, native_reasoning: bool) -> dict[str, Any]:

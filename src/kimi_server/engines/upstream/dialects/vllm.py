@@ -13,6 +13,7 @@ from kimi_server.engines.upstream.system_tools import SystemTools
 
 class VLLMDialect(Dialect):
     name = "vllm"
+    partial = "continue"
     system_tools = SystemTools.MIRRORED
 
     def reasoning_controls(self, effort: str, native_reasoning: bool) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The engines' admission queues and the figures they keep.
 
 - ``AdmissionSet``: one fair queue per engine (``gate/admission.py``), and the prompt bounds of
-  each engine's window; ``http/admit.py`` takes a turn in it for every generating request.
+  each engine's window; ``gate/admit.py`` takes a turn in it for every generation.
 - ``tenant_engine_stats`` / ``server_totals``: what a key may see, and what only operators may.
 """
 
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
-
-from fastapi import FastAPI
 
 from kimi_server.engines.base import Engine
 from kimi_server.gate.admission import Admission, AdmissionLimits
@@ -46,21 +44,16 @@ class AdmissionSet:
         return list(self._by_engine.values())
 
 
-def admission_set(app: FastAPI) -> AdmissionSet:
-    found: AdmissionSet = app.state.kimi_admission
-    return found
-
-
-def tenant_engine_stats(app: FastAPI, key_id: str) -> list[dict[str, Any]]:
+def tenant_engine_stats(queues: AdmissionSet, key_id: str) -> list[dict[str, Any]]:
     """Per engine, the caller's own figures only: its calls in flight and cancelled, its
     requests admitted, waiting and refused. Nothing here moves with another key's traffic."""
     rows = []
-    for engine, admission in admission_set(app).items():
+    for engine, admission in queues.items():
         rows.append({"engine": engine.name, **engine.tenant_stats(key_id), **admission.key_stats(key_id)})
     return rows
 
 
-def server_totals(app: FastAPI) -> list[dict[str, Any]]:
+def server_totals(queues: AdmissionSet) -> list[dict[str, Any]]:
     """Server-wide figures per engine, for operators (``/metrics``), never for tenants: the
     engine's own totals (calls in flight and cancelled, ``cache_*``) and the queue's
     (``queue_*``: slots, admitted, waiting, refusals)."""
@@ -70,5 +63,5 @@ def server_totals(app: FastAPI) -> list[dict[str, Any]]:
             **engine.stats(),
             **{f"queue_{name}": value for name, value in admission.totals().items()},
         }
-        for engine, admission in admission_set(app).items()
+        for engine, admission in queues.items()
     ]

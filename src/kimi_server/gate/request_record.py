@@ -1,17 +1,15 @@
-"""What admission hands to the rest of a request: its ticket; and the request's own record,
-which the middleware opens (``http/request_context.py``), the guard and the gateway fill in, and
-the request log and the response headers read."""
+"""The request's own record, which the middleware opens (``http/request_context.py``), the guard
+and the gateway fill in, and the request log and the response headers read."""
 
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kimi_server.gate.auth import Principal
-from kimi_server.gate.limits import Limits
+from kimi_server.gate.limits import Snapshot
 
 RECORD = "kimi.request"  # the ASGI scope key of the request's record
 
@@ -24,6 +22,7 @@ class RequestRecord:
     key_id: str | None = None  # for the log line (gateway keys)
     model: str | None = None  # the model admitted, for the metrics and the log
     ratelimit_headers: dict[str, str] | None = None  # x-ratelimit-* (and retry-after on a 429)
+    ratelimit: Snapshot | None = None  # the figures behind them, for the other door's names
     usage: dict[str, Any] | None = None  # the ledger row, for the log line
 
 
@@ -39,22 +38,3 @@ def request_record(scope: MutableMapping[str, Any]) -> RequestRecord:
         record = RequestRecord(new_request_id())
         scope[RECORD] = record
     return record
-
-
-@dataclass
-class Ticket:
-    request_id: str
-    client_request_id: str | None
-    key_id: str
-    stored_key: bool
-    limits: Limits
-    model: str
-    endpoint: str
-    cache_ttl: str
-    prompt_estimate: int
-    reserved_tokens: int
-    hold_nanos: int
-    started: float = field(default_factory=time.monotonic)
-    reserved: bool = False
-    budget_period: str | None = None  # the key's budget period (None: lifetime)
-    soft_budget_nanos: int | None = None  # the key's soft budget, checked when the request ends

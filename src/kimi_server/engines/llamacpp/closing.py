@@ -1,0 +1,73 @@
+"""The end a grammar-bound answer gets when it was cut: by the output cap, the end of the
+context, or the repetition guard. A structured answer or a call's arguments cut mid-value would
+reach the client as JSON that does not parse; instead the answer is closed with the shortest
+closing found that makes the value whole and valid under its schema (parsers/json_closing.py),
+sent as its last delta, and the answer still ends with ``finish_reason: "length"``. The closing
+is the server's text, not the model's: it is not counted in ``completion_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kimi_server.engines.llamacpp.grammar import Grammar
+from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
+from kimi_server.engines.types import GenerationRequest, ToolSpec
+from kimi_server.parsers.json_closing import close_json
+
+_NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def answer_schema(request: GenerationRequest, grammar: Grammar | None) -> dict[str, Any] | None:
+    """The schema a text answer under ``grammar`` is closed under; None: free text, not closed."""
+    if grammar is None or grammar.free_text:
+        return None
+    fmt = request.output_format
+    return fmt.schema if fmt.kind == "json_schema" and fmt.schema is not None else {"type": "object"}
+
+
+def close_answer(said: str, request: GenerationRequest, schema: dict[str, Any]) -> str:
+    """What closes a structured answer that has said ``said``. Under Partial Mode the value
+    began with the client's prefix, which the answer does not repeat."""
+    prefix = request.answer_prefix
+    lead = prefix.text if prefix is not None else ""
+    return close_json(lead + said, schema) or ""
+
+
+def close_call(parser: CallStreamParser, tools: Sequence[ToolSpec]) -> str:
+    """Text that, fed to ``parser``, makes the call it is inside whole: its arguments closed
+    under the tool's parameters, then the call's own end. A call not yet begun is begun only
+    where no call came before (a forced call is then still a call); a custom tool's patch is
+    left as it is (inventing a file operation would change files)."""
+    syntax, state, pending = parser.syntax, parser.state, parser.pending
+    if state == "args":
+        return _arguments_end(parser.arguments, _parameters(tools, parser.name)) + "}" + syntax.close
+    if state == "args_end":
+        return "}" + syntax.close
+    if state == "close":
+        return syntax.close[len(pending) :]
+    if state == "patch" or parser.count or (state == "open" and not pending):
+        return ""
+    opening = syntax.open[len(pending) :] if state == "open" else ""
+    written = "" if state == "open" else pending
+    for tool in tools:
+        if tool.kind == "custom":
+            continue
+        head = f'{{"name": "{tool.name}", "arguments": '
+        if head.startswith(written):
+            arguments = _arguments_end("", tool.parameters or _NO_PARAMETERS)
+            return opening + head[len(written) :] + arguments + "}" + syntax.close
+    return ""
+
+
+def _parameters(tools: Sequence[ToolSpec], name: str) -> dict[str, Any]:
+    found = next((t for t in tools if t.name == name and t.kind != "custom"), None)
+    return (found.parameters if found is not None else None) or _NO_PARAMETERS
+
+
+def _arguments_end(arguments: str, schema: dict[str, Any]) -> str:
+    """The rest of a call's arguments object, given its text so far (perhaps none)."""
+    if not arguments.strip():
+        return "{" + (close_json("{", schema) or "}")
+    return close_json(arguments, schema) or ""
