@@ -173,7 +173,9 @@ class Settings(BaseSettings):
     prefill_slowdown: float = Field(default=3.0, ge=1.0, le=100.0)
     max_json_depth: int = Field(default=64, ge=8, le=512)  # nesting of any request body
     http_header_timeout: float = Field(default=10.0, gt=0)  # a request head must arrive within
-    http_keep_alive_timeout: int = Field(default=5, ge=1)  # idle keep-alive connections close
+    # Idle keep-alive connections close: longer than clients' own idle expiry (httpx: 5 s), so
+    # that a client never reuses a connection the server is closing.
+    http_keep_alive_timeout: int = Field(default=30, ge=1)
     # A stream waits this long for its first event before its headers go out (so an early refusal
     # is still a plain HTTP error); then it sends a keep-alive (an SSE comment, Messages' ping)
     # whenever nothing else was sent for stream_keep_alive seconds: a long prompt being read, a

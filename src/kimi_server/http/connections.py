@@ -6,9 +6,12 @@ on every request head. The subclass reaches into that protocol's internals (``cy
 on any uvicorn but the one this was written and tested for (``check_uvicorn``).
 
 - **Request head deadline.** uvicorn closes idle keep-alive connections, but a connection that
-  sends nothing, or dribbles its headers a byte at a time, would be held open forever. A timer
-  armed when a connection opens and after each response closes it unless a request head is
-  complete by then (``http_header_timeout``).
+  sends nothing, or dribbles its headers a byte at a time, would be held open forever. A new
+  connection, and one that starts a request head after a response, must complete that head
+  within ``http_header_timeout``, or it is closed. A connection idle after a response is left
+  to uvicorn's keep-alive timeout, which is longer than the idle expiry of common clients
+  (httpx, thus the openai and anthropic SDKs: 5 s): the client ends an idle connection first,
+  rather than reusing one the server is closing and losing the request it sent.
 - **Body pace.** A body must be complete within ``http_body_timeout`` and, after a grace,
   average at least ``http_body_min_rate`` bytes/s (``http/body_pace.py``); otherwise 408 and
   the connection closes. Watched here, where every byte arrives, rather than in the
@@ -80,6 +83,7 @@ class EdgeHttp(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
         self._armed_for: object = None
+        self._head_started = False  # bytes of a request head came since the last response
         self._address: str | None = None
         self._admitted = False  # holds a place in the gate
         self._linger: asyncio.TimerHandle | None = None
@@ -107,6 +111,10 @@ class EdgeHttp(HttpToolsProtocol):
             self._body.received += len(data)
         if self._deadline is not None and self.cycle is not self._armed_for:
             self._disarm()  # a new request cycle began: its head is complete
+        elif self._between_requests() and not self.transport.is_closing():
+            self._head_started = True  # part of the next head: it must be complete in time
+            if self._deadline is None:
+                self._arm()
         self._follow_body()
 
     def on_headers_complete(self) -> None:
@@ -117,7 +125,8 @@ class EdgeHttp(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if not self.transport.is_closing() and self._between_requests():
-            self._arm()  # the next request's head must come in time too
+            self._head_started = False
+            self._arm()  # a head started later (or already) must come in time too
         self._follow_body()  # a pipelined request may have started
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -172,7 +181,10 @@ class EdgeHttp(HttpToolsProtocol):
 
     def _expired(self) -> None:
         self._deadline = None
-        if self.cycle is self._armed_for and self._between_requests() and not self.transport.is_closing():
+        if self.cycle is not self._armed_for or not self._between_requests() or self.transport.is_closing():
+            return
+        # Idle after a response: uvicorn's keep-alive timeout closes it, if nothing comes.
+        if self.cycle is None or self._head_started:
             self.transport.close()
 
     def _between_requests(self) -> bool:
