@@ -50,6 +50,26 @@ def engine() -> ScriptedEngine:
     return ScriptedEngine()
 
 
+# The slowest modules (minutes of generation on two cores), first: with ``--dist loadfile``
+# each module runs whole on one test process, so these start at once, side by side, and the
+# short ones fill in around them, instead of one process running a long module alone at the end.
+SLOW_FIRST = (
+    "test_verify_e2e",
+    "test_structured_e2e",
+    "test_structured_responses_e2e",
+    "test_web_search_e2e",
+    "test_fuzz_real_model",
+    "test_system_tools_e2e",
+    "test_tools_default_model",
+    "test_claude_code_e2e",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: n for n, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(SLOW_FIRST)))  # stable: the rest keep their order
+
+
 _running_marks: set[str] = set()
 
 
