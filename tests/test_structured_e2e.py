@@ -29,7 +29,8 @@ COMMON: dict[str, Any] = {"model": MODEL, "reasoning_effort": "low", "max_comple
 # KIMI_CORPUS_FULL=1 runs the whole corpus through every combination (see MODES).
 FULL = os.environ.get("KIMI_CORPUS_FULL") == "1"
 CORPUS = corpus()
-SCHEMAS = CORPUS if FULL else representative(CORPUS)
+# Every feature the corpus uses (6 schemas cover them) and 4 more spread over it.
+SCHEMAS = CORPUS if FULL else representative(CORPUS, size=10)
 
 
 @pytest.fixture(scope="module")
