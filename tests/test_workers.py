@@ -297,15 +297,6 @@ def served_by(log: Path) -> list[int]:
     return [int(pid) for pid in re.findall(r"Started server process \[(\d+)\]", log.read_text())]
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.mark.e2e
 def test_a_worker_gets_worker_start_timeout_to_start_and_each_replacement_says_why(tmp_path: Path) -> None:
     # Given too little time, a worker still building its app is replaced, and the log says why.
@@ -314,7 +305,7 @@ def test_a_worker_gets_worker_start_timeout_to_start_and_each_replacement_says_w
     try:
         until(lambda: "worker_start_timeout" in log.read_text(), "no replacement was logged", proc)
     finally:
-        stop(proc)
+        stop_server(proc)
     said = log.read_text()
     assert re.search(r"worker \[\d+\] replaced: it did not finish starting within 1 s \(worker_start_timeout\)", said)
 
@@ -329,7 +320,7 @@ def test_a_worker_gets_worker_start_timeout_to_start_and_each_replacement_says_w
         os.kill(worker, signal.SIGKILL)
         until(lambda: len(served_by(log)) == 2 and answers(port), "no worker replaced it", proc)
     finally:
-        stop(proc)
+        stop_server(proc)
     said = log.read_text()
     assert "did not finish starting" not in said, said
     assert f"worker [{worker}] replaced: it was killed by SIGKILL" in said, said
