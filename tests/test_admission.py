@@ -103,3 +103,51 @@ def test_a_wait_past_the_limit_is_refused_and_leaves_the_queue() -> None:
         assert adm.active == 0
 
     asyncio.run(run())
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_request_predicted_to_wait_past_the_limit_is_refused_at_once() -> None:
+    async def run() -> None:
+        clock = FakeClock()
+        adm = Admission(AdmissionLimits(slots=1, max_wait=30), clock=clock)
+        # No prediction on a cold server: too few requests have finished to know how long one takes.
+        assert adm.predicted_wait("a") is None
+        for _ in range(8):  # each holds its slot 10 s
+            place = await adm.admit("a")
+            clock.now += 10
+            place.release()
+        held = await adm.admit("a")
+        clock.now += 4  # 6 s left on the slot held now
+        assert adm.predicted_wait("b") == pytest.approx(6)
+        waiting = [asyncio.ensure_future(adm.admit("a")) for _ in range(3)]
+        await asyncio.sleep(0)
+        # One more from "a" comes after a's three: 6 + 3 x 10 s, past the limit of 30 s.
+        assert adm.predicted_wait("a") == pytest.approx(36)
+        with pytest.raises(OverloadedError) as refused:
+            await adm.admit("a")
+        assert refused.value.code == "queue_timeout" and refused.value.retry_after == 6
+        assert "about 36 s" in refused.value.message
+        assert adm.key_stats("a")["refused_early"] == 1 and adm.waiting == 3
+        # Another key goes ahead of a's queue after a's next turn (a then holds a slot, c none):
+        # 6 + 10 s, within the limit, so it waits.
+        assert adm.predicted_wait("c") == pytest.approx(16)
+        late = asyncio.ensure_future(adm.admit("c"))
+        await asyncio.sleep(0)
+        assert adm.waiting == 4 and not late.done()
+        held.release()
+        (await waiting[0]).release()
+        assert adm.key_stats("c")["admitted_requests"] == 1  # served second, as predicted
+        assert adm.key_stats("a")["queued_requests"] == 2
+        (await late).release()
+        for task in waiting[1:]:
+            (await task).release()
+        assert adm.active == 0 and adm.waiting == 0
+
+    asyncio.run(run())

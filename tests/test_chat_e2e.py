@@ -34,7 +34,10 @@ def test_plain_completion_has_reasoning_and_content(live_server: LiveServer) -> 
     usage = resp.usage
     assert usage is not None and usage.completion_tokens_details is not None
     reasoning = usage.completion_tokens_details.reasoning_tokens or 0
-    assert 0 < reasoning < usage.completion_tokens <= 200
+    # Every token generated is counted once: an answer that is the chosen attempt adds none.
+    assert 0 < reasoning <= usage.completion_tokens <= 200
+    if message.content.strip() in extra["reasoning_content"] and resp.choices[0].finish_reason == "stop":
+        assert usage.completion_tokens == reasoning
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     assert resp.choices[0].finish_reason in ("stop", "length")
 
@@ -66,8 +69,7 @@ def test_stream_reasoning_precedes_content_and_usage_adds_up(live_server: LiveSe
     assert finish in ("stop", "length")
     assert usage is not None and usage.completion_tokens_details is not None
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
-    assert 0 < (usage.completion_tokens_details.reasoning_tokens or 0) < usage.completion_tokens
-    assert order.count("r") + order.count("c") <= usage.completion_tokens
+    assert 0 < (usage.completion_tokens_details.reasoning_tokens or 0) <= usage.completion_tokens
 
 
 def test_errors_through_the_sdk(live_server: LiveServer) -> None:

@@ -182,6 +182,30 @@ def test_a_request_that_waits_too_long_gets_a_clean_503_instead_of_starting(tmp_
     assert len(engine.requests) == 1  # the late one never reached the engine
 
 
+def test_a_request_predicted_to_wait_too_long_is_refused_at_once(tmp_path: Path) -> None:
+    engine = slow_engine(0.05)  # about 0.3 s a request
+
+    async def run(url: str) -> None:
+        async with httpx.AsyncClient(timeout=60) as c:
+            for _ in range(8):  # what a request takes, measured
+                assert (await c.post(f"{url}/v1/chat/completions", json=HI, headers=auth(A))).status_code == 200
+            # Eight at once, one slot at about 0.3 s a request: the later ones would wait past
+            # the 1 s limit, and are told so at once instead of after waiting it out.
+            burst = [c.post(f"{url}/v1/chat/completions", json=HI, headers=auth(A)) for _ in range(8)]
+            answers = await asyncio.gather(*burst)
+            refused = [r for r in answers if r.status_code == 503]
+            assert refused and all(r.status_code == 200 for r in answers if r not in refused)
+            early = [r for r in refused if "not queued" in r.json()["error"]["message"]]
+            assert early and all(r.json()["error"]["code"] == "queue_timeout" for r in early)
+            assert all(int(r.headers["retry-after"]) >= 1 for r in early)
+            assert (await own_stats(c, url, A))["refused_early"] == len(early)
+            metrics = (await c.get(f"{url}/metrics")).text
+            assert f'reason="predicted_wait"}} {float(len(early))}' in metrics
+
+    with serving(tmp_path, engine, parallel=1, queue_max_wait=1.0, metrics_public=True) as (url, _):
+        asyncio.run(run(url))
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream-before-first-event"])
 def test_a_client_that_leaves_stops_its_generation_and_frees_its_slot(tmp_path: Path, stream: bool) -> None:
     engine = slow_engine(0.5)  # the first event comes after 0.5 s, the answer after 3 s

@@ -118,9 +118,10 @@ def test_attempts_until_the_floor_then_the_chosen_one_is_the_answer() -> None:
     assert "".join(content) == "w0 w1 w2 w0 w1 " and len(content) == 5  # streamed piece by piece
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "stop"
-    # The answer's tokens count as output on top of the reasoning that produced them.
+    # The answer is the chosen attempt: its tokens were generated once, as reasoning, and are
+    # counted (billed) once.
     assert finish.usage.reasoning_tokens == 12
-    assert finish.usage.completion_tokens == 17
+    assert finish.usage.completion_tokens == 12
     assert finish.usage.prompt_tokens == 10 and finish.usage.cached_tokens == 4
     assert finish.usage.cache_write_tokens == 6
 
@@ -203,14 +204,20 @@ def test_reasoning_cap_and_output_cap() -> None:
     assert isinstance(finish, Finish) and finish.reason == "length"
     assert finish.usage.reasoning_tokens == 6
     assert finish.usage.completion_tokens == 10
-    # The attempt (6 tokens) is the answer, cut to the 4 output tokens left.
-    assert [e.text for e in events if isinstance(e, ContentDelta)] == ["w0 ", "w1 ", "w2 ", "w3 "]
+    # The attempt (6 tokens, cut by the reasoning cap) is the answer, shown whole and continued
+    # by the 4 output tokens left.
+    assert [e.text for e in events if isinstance(e, ContentDelta)] == [
+        *(f"w{i} " for i in range(6)),
+        *(f"w{i} " for i in range(4)),  # the fake model counts from w0 in every call
+    ]
 
 
-def test_output_cap_inside_reasoning_skips_answer() -> None:
+def test_output_cap_inside_reasoning_leaves_the_attempt_so_far_as_the_answer() -> None:
     llama = FakeLlama()
     events = run(llama, request(floor=2, cap=50, max_out=4))
-    assert all(isinstance(e, ReasoningDelta) for e in events[:-1])
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    assert reasoning == "w0 w1 w2 w3 "
+    assert "".join(e.text for e in events if isinstance(e, ContentDelta)) == reasoning
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "length"
     assert finish.usage.completion_tokens == 4
@@ -256,7 +263,7 @@ def test_context_running_out_ends_with_length() -> None:
     assert isinstance(finish, Finish) and finish.reason == "length"
     # The cut attempt is the answer as far as it got.
     assert "".join(e.text for e in events if isinstance(e, ContentDelta)) == "w0 w1 w2 w3 w4 w5 w6 "
-    assert finish.usage.reasoning_tokens == 7 and finish.usage.completion_tokens == 14
+    assert finish.usage.reasoning_tokens == 7 and finish.usage.completion_tokens == 7
 
 
 # The floor is a floor, and no marker text reaches an answer.
@@ -332,18 +339,19 @@ def test_an_attempt_cut_by_the_cap_is_continued_to_its_end_as_the_answer() -> No
     assert reasoning == "r0 r1 r2 r3 r4 "
     assert content == "r0 r1 r2 r3 r4 r5 r6 r7 "  # ends at the marker, which it never shows
     last = llama.calls[-1]
-    assert last["prompt"] == "PROMPT" + reasoning and last["n_predict"] == 100 - 5 - 5
+    assert last["prompt"] == "PROMPT" + reasoning and last["n_predict"] == 100 - 5
     assert {"<think>", "</think>", "<answer>"} <= set(last["stop"]) and last["seed"] == 3
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "stop"
-    assert finish.usage.reasoning_tokens == 5 and finish.usage.completion_tokens == 5 + 5 + 4
+    # The copy is not counted again: the reasoning, then what continued it.
+    assert finish.usage.reasoning_tokens == 5 and finish.usage.completion_tokens == 5 + 4
 
 
 def test_a_continued_answer_cut_by_the_output_cap_ends_with_length() -> None:
     llama = ClosingLlama(closes_after=50)
     events = run(llama, request(floor=0, cap=5, max_out=12))
     content = "".join(e.text for e in events if isinstance(e, ContentDelta))
-    assert content == "r0 r1 r2 r3 r4 r5 r6 "
+    assert content == "".join(f"r{i} " for i in range(12))
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "length"
     assert finish.usage.completion_tokens == 12

@@ -7,7 +7,9 @@ slots, ties going round-robin, so one key's burst cannot push every other key to
 
 Bounds: ``max_queue`` waiting requests in all (503 past it), ``max_queue_per_key`` waiting
 requests per key (429: that key is over its share), and ``max_wait`` seconds of waiting (503
-instead of starting late). Every refusal carries ``Retry-After``.
+instead of starting late). Once enough requests have finished to know how long one holds its
+slot, a request whose predicted wait is past ``max_wait`` gets that 503 at once instead of after
+waiting for it. Every refusal carries ``Retry-After``.
 
 Use::
 
@@ -23,11 +25,12 @@ or ``async with admission.slot(key_id): ...``.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
 import statistics
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -67,6 +70,7 @@ class AdmissionCounters:
     rejected_queue_full: int = 0  # 503
     rejected_key_share: int = 0  # 429
     timed_out: int = 0  # 503 after max_wait
+    refused_early: int = 0  # 503 at once: its predicted wait was past max_wait
     left_while_waiting: int = 0  # the client went away before a slot was free
 
 
@@ -76,8 +80,8 @@ class QueuePlace:
 
     admission: Admission
     key_id: str
+    granted_at: float
     released: bool = False
-    granted_at: float = field(default_factory=time.monotonic)
 
     def release(self) -> None:
         if not self.released:
@@ -91,9 +95,15 @@ class _Waiter:
     future: asyncio.Future[QueuePlace] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
+# Finished requests needed before a predicted wait may refuse one: a cold server's first
+# few durations say little about the next.
+PREDICTION_EVIDENCE = 8
+
+
 class Admission:
-    def __init__(self, limits: AdmissionLimits) -> None:
+    def __init__(self, limits: AdmissionLimits, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits
+        self._clock = clock
         self._active: Counter[str] = Counter()  # key id -> slots held
         self._waiting: OrderedDict[str, deque[_Waiter]] = OrderedDict()  # rotation order
         self._total = AdmissionCounters()
@@ -166,6 +176,16 @@ class Admission:
                 "The server is overloaded: its queue is full. Retry after the time in the Retry-After header.",
                 retry_after=self._retry_after(),
             )
+        predicted = self.predicted_wait(key_id)
+        if predicted is not None and predicted > self.limits.max_wait:
+            self._count(key_id, "refused_early")
+            raise OverloadedError(
+                f"The request would wait about {math.ceil(predicted)} s for the model, past the server's "
+                f"limit of {self.limits.max_wait:g} s, so it was not queued. Retry after the time in "
+                "the Retry-After header.",
+                retry_after=max(1, math.ceil(predicted - self.limits.max_wait)),
+                code="queue_timeout",
+            )
         waiter = _Waiter(key_id)
         self._waiting.setdefault(key_id, deque()).append(waiter)
         loop = asyncio.get_running_loop()
@@ -195,7 +215,7 @@ class Admission:
         self._count(key_id, "admitted")
         if waited:
             self._count(key_id, "queued")
-        place = QueuePlace(self, key_id)
+        place = QueuePlace(self, key_id, granted_at=self._clock())
         self._holding.add(place)
         return place
 
@@ -210,7 +230,7 @@ class Admission:
         return True
 
     def _release(self, place: QueuePlace) -> None:
-        self._held_seconds.append(time.monotonic() - place.granted_at)
+        self._held_seconds.append(self._clock() - place.granted_at)
         self._holding.discard(place)
         self._active[place.key_id] -= 1
         if self._active[place.key_id] <= 0:
@@ -247,8 +267,36 @@ class Admission:
         waited = statistics.median(self._wait_seconds) if self._wait_seconds else 0.0
         held = statistics.median(self._held_seconds) if self._held_seconds else 0.0
         if self._holding:
-            now = time.monotonic()
+            now = self._clock()
             held = max(held, statistics.median(now - place.granted_at for place in self._holding))
         turns = max(1, math.ceil(self.waiting / self.limits.slots))
         estimate = max(waited, held * turns)
         return min(max(1, math.ceil(estimate)), max(1, math.ceil(self.limits.max_wait)))
+
+    def predicted_wait(self, key_id: str) -> float | None:
+        """Seconds a request of ``key_id`` arriving now would wait for a slot, or None while too
+        few requests have finished to say. The fair order (``_dispatch``) is replayed: each
+        request holding a slot gives it back once it has held it the median time a request
+        holds one, and whoever the order serves next holds it that long again."""
+        if len(self._held_seconds) < PREDICTION_EVIDENCE:
+            return None
+        held = statistics.median(self._held_seconds)
+        now = self._clock()
+        # (when a slot frees, the key holding it); a slot nobody holds frees now
+        frees = [(max(0.0, held - (now - place.granted_at)), place.key_id) for place in self._holding]
+        frees += [(0.0, "")] * max(0, self.limits.slots - len(frees))
+        heapq.heapify(frees)
+        active = Counter(self._active)
+        queued = OrderedDict((key, len(queue)) for key, queue in self._waiting.items())
+        queued[key_id] = queued.get(key_id, 0) + 1  # a new key joins the rotation at its end
+        while True:
+            at, holder = heapq.heappop(frees)
+            active[holder] -= 1
+            key = min(queued, key=lambda k: active[k])
+            left = queued.pop(key) - 1
+            if key == key_id and left == 0:
+                return at
+            if left:
+                queued[key] = left  # served: to the back of the rotation
+            active[key] += 1
+            heapq.heappush(frees, (at + held, key))

@@ -38,6 +38,7 @@ REFUSAL_FIGURES = {
     "queue_full": "queue_rejected_queue_full",  # 503: the queue was full
     "key_share": "queue_rejected_key_share",  # 429: the key held its share of the queue
     "timed_out": "queue_timed_out",  # 503: it waited queue_max_wait
+    "predicted_wait": "queue_refused_early",  # 503 at once: its predicted wait was past queue_max_wait
 }
 
 

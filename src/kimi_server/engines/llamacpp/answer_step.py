@@ -57,27 +57,25 @@ async def chosen_as_answer(ctx: PhaseContext, prompt: str, chosen: Attempt, inde
     cap cut it. It is the model's own reply to the conversation, and the one the other attempts
     agree with. Rewritten in a turn of its own it was measured to lose answers: the
     model commented on its draft ("Sure! Here's the draft of your reply:") or changed a right
-    result. Its tokens count again as output, so that ``completion_tokens - reasoning_tokens``
-    is the answer's length, as a client counts it."""
+    result. Its tokens were generated once, during the reasoning, and are counted (and billed)
+    once, as reasoning: only what continues it adds to ``completion_tokens``. Being already
+    generated, it is shown whole, and the cap is left to its continuation."""
     room = ctx.request.max_output_tokens - ctx.tally.completion
-    count = min(chosen.tokens, max(room, 0))
-    ctx.tally.completion += count
     scrub = MarkerScrub(ctx.fmt.markers)
     trim = LeadingTrim(keep=ctx.continues)
-    # A stream piece is about one token; only a cap below the attempt's length cuts it.
-    for piece in chosen.pieces[:count]:
+    for piece in chosen.pieces:
         if text := trim(scrub.feed(piece)):
             yield ContentDelta(text)
-    cut = count < chosen.tokens
+    cut = False
     word = chosen.stopping_word
-    unfinished = not chosen.finished and not cut  # the reasoning cap stopped it
+    unfinished = not chosen.finished  # the reasoning cap stopped it
     if chosen.looped:
         ctx.looped = cut = True  # continued, it would loop on; the answer says the guard ended it
-    elif unfinished and (ctx.reasoning_ended or count == room):
+    elif unfinished and (ctx.reasoning_ended or room <= 0):
         cut = True  # no room left to finish it
     elif unfinished:
         stop = [*ctx.fmt.markers, *ctx.request.stop]
-        body = ctx.body(prompt + chosen.raw, room - count, stop=stop, attempt=index)
+        body = ctx.body(prompt + chosen.raw, room, stop=stop, attempt=index)
         async for item in call(ctx, body, reasoning=False):
             if isinstance(item, CompletionResult):
                 cut, word = item.finish_reason == "length", item.stopping_word
