@@ -11,28 +11,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kimi_server.engines.cut_closing import NO_PARAMETERS, arguments_end, close_answer, structured_schema
 from kimi_server.engines.llamacpp.grammar import Grammar
 from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
 from kimi_server.engines.types import GenerationRequest, ToolSpec
-from kimi_server.parsers.json_closing import close_json
 
-_NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+__all__ = ["answer_schema", "close_answer", "close_call"]
 
 
 def answer_schema(request: GenerationRequest, grammar: Grammar | None) -> dict[str, Any] | None:
     """The schema a text answer under ``grammar`` is closed under; None: free text, not closed."""
     if grammar is None or grammar.free_text:
         return None
-    fmt = request.output_format
-    return fmt.schema if fmt.kind == "json_schema" and fmt.schema is not None else {"type": "object"}
-
-
-def close_answer(said: str, request: GenerationRequest, schema: dict[str, Any]) -> str:
-    """What closes a structured answer that has said ``said``. Under Partial Mode the value
-    began with the client's prefix, which the answer does not repeat."""
-    prefix = request.answer_prefix
-    lead = prefix.text if prefix is not None else ""
-    return close_json(lead + said, schema) or ""
+    return structured_schema(request) or {"type": "object"}
 
 
 def close_call(parser: CallStreamParser, tools: Sequence[ToolSpec]) -> str:
@@ -42,7 +33,7 @@ def close_call(parser: CallStreamParser, tools: Sequence[ToolSpec]) -> str:
     left as it is (inventing a file operation would change files)."""
     syntax, state, pending = parser.syntax, parser.state, parser.pending
     if state == "args":
-        return _arguments_end(parser.arguments, _parameters(tools, parser.name)) + "}" + syntax.close
+        return arguments_end(parser.arguments, _parameters(tools, parser.name)) + "}" + syntax.close
     if state == "args_end":
         return "}" + syntax.close
     if state == "close":
@@ -56,18 +47,11 @@ def close_call(parser: CallStreamParser, tools: Sequence[ToolSpec]) -> str:
             continue
         head = f'{{"name": "{tool.name}", "arguments": '
         if head.startswith(written):
-            arguments = _arguments_end("", tool.parameters or _NO_PARAMETERS)
+            arguments = arguments_end("", tool.parameters or NO_PARAMETERS)
             return opening + head[len(written) :] + arguments + "}" + syntax.close
     return ""
 
 
 def _parameters(tools: Sequence[ToolSpec], name: str) -> dict[str, Any]:
     found = next((t for t in tools if t.name == name and t.kind != "custom"), None)
-    return (found.parameters if found is not None else None) or _NO_PARAMETERS
-
-
-def _arguments_end(arguments: str, schema: dict[str, Any]) -> str:
-    """The rest of a call's arguments object, given its text so far (perhaps none)."""
-    if not arguments.strip():
-        return "{" + (close_json("{", schema) or "}")
-    return close_json(arguments, schema) or ""
+    return (found.parameters if found is not None else None) or NO_PARAMETERS

@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kimi_server.engines.cut_closing import UpstreamCloser, closed_when_cut
 from kimi_server.engines.types import EngineEvent, GenerationRequest
 from kimi_server.engines.upstream.forced_calls import CallReader, ForcedMode, as_calls, forced_mode
 from kimi_server.engines.upstream.normalise import Normaliser
@@ -49,6 +50,13 @@ def plan_for(req: GenerationRequest, up: Upstream, forced: ForcedMode | None = N
 
 
 def attempt_events(up: Upstream, plan: Plan, normaliser: Normaliser) -> AsyncGenerator[EngineEvent, None]:
+    events = _answer_events(up, plan, normaliser)
+    # A structured answer or a call the cap cut is closed, as the embedded engine closes its own.
+    closer = UpstreamCloser.for_request(plan.req)
+    return events if closer is None else closed_when_cut(events, closer)
+
+
+def _answer_events(up: Upstream, plan: Plan, normaliser: Normaliser) -> AsyncGenerator[EngineEvent, None]:
     deadline = time.monotonic() + up.cfg.total_timeout
     events = up.attempt(plan.body, normaliser, piece_limit=plan.limit, deadline=deadline)
     if plan.req.answer_prefix is not None:
