@@ -86,9 +86,10 @@ class Settings(BaseSettings):
     ctx_size: int = Field(default=32768, ge=256)
     parallel: int = Field(default=8, ge=1, le=256)
     threads: int = Field(default=0, ge=0)  # 0: one per core this process may run on
-    # How long llama.cpp's threads spin before sleeping, 0-100 (llama.cpp's own default: 50);
-    # 0 keeps the speed proportional to the CPU left on a shared machine (cpu_wait.py).
-    cpu_poll: int = Field(default=0, ge=0, le=100)
+    # How long llama.cpp's threads spin before sleeping: "auto" spins while the machine's other
+    # work leaves the cores free and sleeps at once while it does not (wait_governor.py); or a
+    # fixed level 0-100 (llama.cpp's own default: 50; 0 sleeps at once).
+    cpu_poll: Annotated[int, Field(ge=0, le=100)] | Literal["auto"] = "auto"
     # The repetition guard (embedded engine): a generation whose end is the same n-gram of at
     # most repetition_max_ngram tokens (0: off), at least repetition_min_repeats times in a
     # row over at least repetition_min_tokens tokens, ends with finish_reason "length".

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kimi_server.engines.llamacpp import wait_governor
 from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
 from kimi_server.engines.llamacpp.answer_prefix import lead_text
-from kimi_server.engines.llamacpp.cpu_wait import apply_wait_level
+from kimi_server.engines.llamacpp.cpu_wait import CpuPoll, apply_wait_level, governed, pool_poll
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.multimodal import MEDIA_MARKER, media_of
@@ -47,8 +48,9 @@ class EmbeddedConfig:
     n_ctx: int = 32768
     n_parallel: int = 8
     n_threads: int = 0  # 0: one per core this process may run on
-    # How long llama.cpp's threads spin before they sleep: 0 sleeps at once (cpu_wait.py).
-    cpu_poll: int = 0
+    # How long llama.cpp's threads spin before they sleep: 0 sleeps at once; "auto" spins
+    # while the machine's other work leaves the cores free (cpu_wait.py, wait_governor.py).
+    cpu_poll: CpuPoll = "auto"
     reasoning_format: str = "prompted"
     temperature: float = 0.7
     top_p: float = 0.95
@@ -91,6 +93,7 @@ class EmbeddedEngine:
         self.syntax = syntax_for_template(self.template.source)
         self._runner: CompletionRunner | None = None
         self._checker: GrammarChecker | None = None
+        self._governor: wait_governor.WaitGovernor | None = None
         self._server: Any = None
         self._tokenizer: PromptTokenizer | None = None
         self._rendered = RenderedPrompts()
@@ -161,6 +164,8 @@ class EmbeddedEngine:
             self._tokenizer = await asyncio.to_thread(load_prompt_tokenizer, self.config.model_path)
             log.info("prompt tokens of %s counted by %s", self.config.model_path.name, self._tokenizer.kind)
             self._server = await asyncio.to_thread(self._load)
+            if governed(self.config.cpu_poll):
+                self._governor = wait_governor.acquire(_threads(self.config.n_threads))
             self._runner = CompletionRunner(self._server, max_workers=4 * self.slots, pinned=True)
             self._checker = GrammarChecker(self._runner, slot=self.utility_slot)
 
@@ -190,7 +195,7 @@ class EmbeddedEngine:
         # wait take the time the working ones need (cpu_wait.py).
         for cpu in (params.cpuparams, params.cpuparams_batch):
             cpu.n_threads = _threads(cfg.n_threads)
-            cpu.poll = cfg.cpu_poll
+            cpu.poll = pool_poll(cfg.cpu_poll)
         params.ctx_shift = False  # never silently drop the start of a conversation
         params.warmup = False
         params.endpoint_metrics = False
@@ -218,6 +223,8 @@ class EmbeddedEngine:
             task.cancel()
         if self._runner is not None:
             self._runner.shutdown()
+        wait_governor.release(self._governor)
+        self._governor = None
         self._runner, self._server, self._checker = None, None, None
 
     def _render(self, request: GenerationRequest) -> str:
