@@ -38,6 +38,7 @@ from benchmarks._measure import interleave, machine_note, ratio, spread
 
 PROMPT = "Write a long story about a lighthouse keeper and the ships she watched over.\n"
 HOG_LIMIT_S = 120  # a hog ends by itself after this, should this process die first
+SETTLE_S = 1.0  # before each measurement: long enough for cpu_poll auto to see the machine
 BUSY_LOOP = f"import time\nend = time.monotonic() + {HOG_LIMIT_S}\nwhile time.monotonic() < end: pass\n"
 
 
@@ -118,7 +119,7 @@ def _spawn(model: Path, threads: int, poll: int | str, *, forever: bool = False)
         *(["--forever"] if forever else []),
     ]
     # Each worker's own wait level: no inherited OpenMP variables.
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_THREAD_LIMIT")}
     pipe = subprocess.DEVNULL if forever else subprocess.PIPE
     return subprocess.Popen(cmd, env=env, stdin=pipe, stdout=pipe, stderr=subprocess.DEVNULL, text=True)
 
@@ -131,13 +132,16 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 @contextmanager
 def hog(kind: str, model: Path, threads: int, core: int | None) -> Iterator[None]:
     if kind == "alone":
+        # The machine as it is when nothing else runs, not the moment after the last hog or
+        # worker stopped: cpu_poll auto reads the machine every 0.2 s.
+        time.sleep(SETTLE_S)
         yield
         return
     proc: subprocess.Popen[str] | subprocess.Popen[bytes]
     if kind == "busy":
         pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
         proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP], preexec_fn=pin)
-        settle = 0.3
+        settle = SETTLE_S
     else:
         proc = _spawn(model, threads, 50, forever=True)
         settle = 4.0  # loaded and decoding

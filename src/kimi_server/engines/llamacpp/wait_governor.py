@@ -1,39 +1,42 @@
-"""``cpu_poll = "auto"``: llama.cpp's threads spin while the machine has cores to spare, and
-sleep as soon as they wait while other work wants the cores.
+"""``cpu_poll = "auto"``: llama.cpp gets the cores other work leaves free, and its threads spin
+only while those cores are all its own.
 
 Spinning keeps llama.cpp's own speed on cores nobody else uses (a sleeping thread must be woken
-at every barrier: the tiny model loses about 60% of its speed); on cores shared with other work,
-a spinning thread burns the time slice that the thread it waits for needs, and the engine
-collapses (cpu_wait.py). So a thread in this process reads, every ``INTERVAL_S``, how much CPU
-the rest of the machine used (``/proc/stat`` less this process's own time) and sets libgomp's
-spin count through ``spin_dial.py``: sleeping at once when the others used more than the cores
-the engine leaves free, spinning again once they have stayed below it for ``QUIET_SAMPLES`` in
-a row. One governor per process: libgomp's spin count is the process's.
+at every barrier: the tiny model loses about 60% of its speed). On cores shared with other
+work, a spinning thread burns the time slice that the thread it waits for needs, and even
+sleeping threads still meet at every barrier, so the slowest one, the one sharing a core, sets
+the pace. So a thread in this process reads, every ``INTERVAL_S``, how much CPU the rest of the
+machine used on the cores this process may run on (``/proc/stat`` less this process's own
+time), and through ``gomp_dials.py`` gives llama.cpp as many threads as there are cores left
+free (at least one), spinning only when that is all of them. Busier: fewer threads at once;
+quieter: more again after ``QUIET_SAMPLES`` readings in a row. One governor per process:
+libgomp's settings are the process's.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_server.engines.llamacpp.spin_dial import SpinDial, locate
+from kimi_server.engines.llamacpp.gomp_dials import NO_THREAD_LIMIT, GompDials, locate
 
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 0.2
-QUIET_SAMPLES = 3  # 0.6 s of quiet before spinning again; one busy reading sleeps at once
-SLACK_CORES = 0.25  # other work below this (beyond the cores the engine leaves free) is noise
+QUIET_SAMPLES = 3  # 0.6 s of quiet before more threads; one busy reading takes them at once
+SLACK_CORES = 0.25  # other work below this is noise (a core counts as free up to it)
 SPINNING = 300_000  # libgomp's default
 SLEEPING = 0
 
 
 @dataclass(frozen=True)
 class CpuTimes:
-    """Cumulative CPU ticks: the whole machine's busy and total, and this process's own."""
+    """Cumulative CPU ticks: the cores' busy and total, and this process's own."""
 
     busy: int
     total: int
@@ -41,7 +44,7 @@ class CpuTimes:
 
 
 def read_cpu_times(cpus: frozenset[int] | None = None) -> CpuTimes:
-    """The ticks of the cores this process may run on (``cpus``; None: all of them)."""
+    """The ticks of the cores in ``cpus`` (None: all of them), and this process's."""
     busy = total = 0
     for line in Path("/proc/stat").read_text().splitlines():
         name, _, rest = line.partition(" ")
@@ -67,49 +70,64 @@ def others_cores(before: CpuTimes, after: CpuTimes, cores: int) -> float:
     return max(0.0, others) / total * cores
 
 
+@dataclass(frozen=True)
+class Setting:
+    threads: int
+    spinning: bool
+
+
 class Decision:
-    """Spin or sleep, from successive readings of the others' load."""
+    """How many threads, and whether they spin, from successive readings of the others' load."""
 
-    def __init__(self, spare_cores: float) -> None:
-        self.spare = spare_cores + SLACK_CORES
-        self.spinning = False
-        self.quiet = 0
+    def __init__(self, cores: int, threads: int) -> None:
+        self.cores = cores
+        self.most = threads
+        self.threads = 1 if threads > 1 else threads  # until the machine has been seen quiet
+        self.rising = 0
+        self.rise_to = threads
 
-    def observe(self, others: float) -> bool:
-        if others > self.spare:
-            self.quiet = 0
-            self.spinning = False
+    @property
+    def setting(self) -> Setting:
+        return Setting(self.threads, spinning=self.threads == self.most)
+
+    def observe(self, others: float) -> Setting:
+        free = math.floor(self.cores - others + SLACK_CORES)
+        wanted = max(1, min(self.most, free))
+        if wanted < self.threads:
+            self.threads, self.rising = wanted, 0
+        elif wanted > self.threads:
+            self.rise_to = wanted if self.rising == 0 else min(self.rise_to, wanted)
+            self.rising += 1
+            if self.rising >= QUIET_SAMPLES:
+                self.threads, self.rising = self.rise_to, 0
         else:
-            self.quiet += 1
-            if self.quiet >= QUIET_SAMPLES:
-                self.spinning = True
-        return self.spinning
+            self.rising = 0
+        return self.setting
 
 
 class WaitGovernor:
     def __init__(
         self,
-        dial: SpinDial,
+        dials: GompDials,
         threads: int,
         *,
         cpus: frozenset[int] | None = None,
         read: Callable[[], CpuTimes] | None = None,
         interval: float = INTERVAL_S,
     ) -> None:
-        self.dial = dial
+        self.dials = dials
         cpus = cpus if cpus is not None else _cpus()
-        self.cores = len(cpus)
-        self.decision = Decision(max(0, self.cores - threads))
-        self.switches = 0
+        self.decision = Decision(len(cpus), threads)
+        self.changes = 0
         self._read = read or (lambda: read_cpu_times(cpus))
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kimi-wait-governor", daemon=True)
-        dial.set(SLEEPING)  # until the machine has been seen quiet
+        self._apply(self.decision.setting)
 
     @property
-    def spinning(self) -> bool:
-        return self.decision.spinning
+    def setting(self) -> Setting:
+        return self.decision.setting
 
     def start(self) -> None:
         self._thread.start()
@@ -118,15 +136,20 @@ class WaitGovernor:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2)
-        self.dial.set(SLEEPING)
+        self._apply(Setting(threads=1, spinning=False))
 
     def step(self, before: CpuTimes, after: CpuTimes) -> None:
-        was = self.decision.spinning
-        now = self.decision.observe(others_cores(before, after, self.cores))
+        was = self.decision.setting
+        now = self.decision.observe(others_cores(before, after, self.decision.cores))
         if now != was:
-            self.switches += 1
-            self.dial.set(SPINNING if now else SLEEPING)
-            log.debug("llama.cpp threads now %s", "spin" if now else "sleep at once")
+            self.changes += 1
+            self._apply(now)
+            log.debug("llama.cpp now runs %d thread(s), %s", now.threads, "spinning" if now.spinning else "sleeping")
+
+    def _apply(self, setting: Setting) -> None:
+        self.dials.spin_count.set(SPINNING if setting.spinning else SLEEPING)
+        limit = NO_THREAD_LIMIT if setting.threads >= self.decision.most else setting.threads
+        self.dials.thread_limit.set(limit)
 
     def _run(self) -> None:
         try:
@@ -135,9 +158,9 @@ class WaitGovernor:
                 after = self._read()
                 self.step(before, after)
                 before = after
-        except (OSError, ValueError, IndexError) as exc:  # no /proc: stay asleep, as cpu_poll 0
-            log.warning("cpu_poll auto stopped (%s): llama.cpp's threads sleep at once", exc)
-            self.dial.set(SLEEPING)
+        except (OSError, ValueError, IndexError) as exc:  # no /proc: one thread, asleep
+            log.warning("cpu_poll auto stopped (%s): llama.cpp runs one thread", exc)
+            self._apply(Setting(threads=1, spinning=False))
 
 
 def _cpus() -> frozenset[int]:
@@ -155,14 +178,14 @@ _users = 0
 
 def acquire(threads: int) -> WaitGovernor | None:
     """The process's governor, started by its first user once llama.cpp is loaded with the
-    sentinel spin count (cpu_wait.py); None where libgomp's spin count cannot be found."""
+    sentinels (cpu_wait.py); None where libgomp's settings cannot be found."""
     global _governor, _users
     with _lock:
         if _governor is None:
-            dial = locate()
-            if dial is None:
+            dials = locate()
+            if dials is None:
                 return None
-            _governor = WaitGovernor(dial, threads)
+            _governor = WaitGovernor(dials, threads)
             _governor.start()
         _users += 1
         return _governor
