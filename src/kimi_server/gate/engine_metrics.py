@@ -30,6 +30,9 @@ GAUGES = {
     "kimi_queue_admitted": ("Requests admitted to an engine and not yet done", "queue_admitted_requests"),
     "kimi_queue_slots": ("Requests an engine admits at once", "queue_slots"),
     "kimi_queue_max": ("Requests an engine's queue may hold waiting", "queue_queue_max"),
+    # The embedded engine under cpu_poll auto (engines/llamacpp/wait_governor.py); 0 elsewhere.
+    "kimi_engine_cpu_threads": ("Threads llama.cpp decodes on now, under cpu_poll auto", "cpu_threads"),
+    "kimi_engine_cpu_spinning": ("1 while llama.cpp's waiting threads spin, under cpu_poll auto", "cpu_spinning"),
 }
 CACHE = ("kimi_engine_prompt_cache", "The engine's prompt-cache counters (hits, misses, writes, held)")
 REFUSALS = ("kimi_queue_refusals", "Requests the engine's admission queue refused, by reason")

@@ -151,6 +151,7 @@ class EmbeddedEngine:
             "active_calls": runner.calls.active if runner else 0,
             "cancelled_calls": runner.calls.cancelled if runner else 0,
             **self.cache.totals(),
+            **(self._governor.figures() if self._governor is not None else {}),
         }
 
     async def probe(self) -> dict[str, Any]:

@@ -129,6 +129,10 @@ class WaitGovernor:
     def setting(self) -> Setting:
         return self.decision.setting
 
+    def figures(self) -> dict[str, int]:
+        setting = self.setting
+        return {"cpu_threads": setting.threads, "cpu_spinning": int(setting.spinning), "cpu_changes": self.changes}
+
     def start(self) -> None:
         self._thread.start()
 
