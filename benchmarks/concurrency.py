@@ -21,6 +21,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -30,6 +31,7 @@ from benchmarks._server import KEY, running_server
 from kimi_server.models.pull import resolve_model
 from kimi_server.models.store import ModelStore, default_models_dir
 
+SETTLE_S = 1.0
 # The same user turn both sides see (the server adds its reasoning-phase framing around it).
 QUESTION = "Write a story about lighthouse number {i}."
 
@@ -74,6 +76,13 @@ def raw_once(server: Any, tokens: int, i: int, out: list[tuple[int, float, float
     }
     server.handle_completions(body, on_chunk)
     out.append((len(times) - 1, times[0], times[-1]))
+
+
+def settled(measure: Callable[[], float]) -> float:
+    """A pause first: each side starts on a machine the other has left, as a server alone would
+    (the server's cpu_poll auto reads the machine every 0.2 s)."""
+    time.sleep(SETTLE_S)
+    return measure()
 
 
 def aggregate(results: list[tuple[int, float, float]]) -> float:
@@ -146,8 +155,8 @@ def main() -> None:
         server_rate(url, 8, 1)
         sides: dict[str, Any] = {}
         for c in levels:
-            sides[f"llama.cpp x{c}"] = lambda c=c: raw_rate(raw, args.tokens, c)
-            sides[f"kimi-server x{c}"] = lambda c=c: server_rate(url, args.tokens, c)
+            sides[f"llama.cpp x{c}"] = lambda c=c: settled(lambda: raw_rate(raw, args.tokens, c))
+            sides[f"kimi-server x{c}"] = lambda c=c: settled(lambda: server_rate(url, args.tokens, c))
         samples = interleave(args.rounds, sides)
     print(
         f"model {args.model}, {args.tokens} tokens per request, {args.threads} threads, {args.parallel} slots "
