@@ -34,7 +34,9 @@ VERSION = "2.1.328"
 DOC = "# Zorblax harbour\n\nThe Zorblax harbour lighthouse was painted teal in 2024.\n"
 
 
-def claude(base_url: str, key: str, cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def claude(
+    base_url: str, key: str, cwd: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     if not CLAUDE.exists():
         pytest.fail(
             f"Claude Code is not installed at {CLAUDE.relative_to(ROOT)}: run ./scripts/test (it runs "
@@ -52,6 +54,7 @@ def claude(base_url: str, key: str, cwd: Path, *args: str, timeout: float = 600)
         "DISABLE_TELEMETRY": "1",
         "DISABLE_AUTOUPDATER": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        **(env or {}),
     }
     return subprocess.run(
         [str(CLAUDE), "--print", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
@@ -67,7 +70,10 @@ def test_pinned_version() -> None:
 
 def test_bare_print_answers_on_the_embedded_model(default_model_server: LiveServer, tmp_path: Path) -> None:
     base = default_model_server.base_url.removesuffix("/v1") + "/anthropic"
-    run = claude(base, default_model_server.key, tmp_path, "--bare", "--effort", "low", "--", "Say hello.")
+    # Claude Code asks for up to 32,000 output tokens; the 0.5B model sometimes rambles on to
+    # that cap, for many minutes on two cores. Its own setting asks for fewer.
+    bounded = {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "400"}
+    run = claude(base, default_model_server.key, tmp_path, "--bare", "--effort", "low", "--", "Say hello.", env=bounded)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip()
     log = default_model_server.log.read_text()
