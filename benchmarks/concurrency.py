@@ -148,7 +148,8 @@ def main() -> None:
     path = str(resolve_model(args.model, ModelStore(default_models_dir()), auto_pull=True))
     ctx = 4096
     raw = load_llama(path, args.threads, args.parallel, ctx)
-    budgets = json.dumps({"low": {"floor": args.tokens, "cap": args.tokens}})
+    # Every level at the same floor and cap: the levels may not overlap, whatever --tokens is.
+    budgets = json.dumps({level: {"floor": args.tokens, "cap": args.tokens} for level in ("low", "high", "max")})
     extra = ("--threads", str(args.threads), "--parallel", str(args.parallel), "--ctx-size", str(ctx))
     with running_server(args.model, *extra, env={"KIMI_BUDGETS": budgets}) as url:
         raw_rate(raw, 8, 1)  # warm-up, both sides
