@@ -34,6 +34,9 @@ ENGINE = {
     "KIMI_TEST_ENGINE_TOKENS": "4",
     "KIMI_LOG_LEVEL": "warning",
     "KIMI_PRICES": '{"kimi-k3": {"input": "0.6", "output": "2.5"}}',
+    # One key sends every request: its share of the queue must hold them all, on both sides.
+    "KIMI_QUEUE_MAX": "4096",
+    "KIMI_QUEUE_MAX_PER_KEY": "4096",
 }
 
 
