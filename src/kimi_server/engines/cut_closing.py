@@ -10,7 +10,7 @@ closes only what is already the start of a JSON value, and leaves anything else 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -20,6 +20,7 @@ from kimi_server.engines.types import (
     Finish,
     GenerationRequest,
     ToolCallDelta,
+    ToolSpec,
 )
 from kimi_server.parsers.json_closing import close_json
 
@@ -49,21 +50,24 @@ def arguments_end(arguments: str, schema: dict[str, Any]) -> str:
     return close_json(arguments, schema) or ""
 
 
-def tool_parameters(request: GenerationRequest, name: str) -> dict[str, Any]:
-    found = next((t for t in request.tools if t.name == name and t.kind != "custom"), None)
+def tool_parameters(tools: Sequence[ToolSpec], name: str) -> dict[str, Any]:
+    """The parameters a call of ``name`` is closed under (none known: any object)."""
+    found = next((t for t in tools if t.name == name and t.kind != "custom"), None)
     return (found.parameters if found is not None else None) or NO_PARAMETERS
 
 
 class UpstreamCloser:
     """Watches an upstream answer's events; at a ``length`` finish, gives the deltas that close
-    what was cut: the structured answer, or the last call's arguments."""
+    what was cut: the last call's arguments, or else the structured answer."""
 
     def __init__(self, request: GenerationRequest) -> None:
         self._request = request
         self._schema = structured_schema(request)
         self._answer: list[str] = []
-        self._calls: dict[int, tuple[str, str, list[str]]] = {}  # index -> (name, kind, arguments)
-        self._last_call: int | None = None
+        # The last call begun: its index, name and kind (its first delta carries them), and
+        # its arguments so far.
+        self._call: tuple[int, str, str] | None = None
+        self._arguments: list[str] = []
 
     @classmethod
     def for_request(cls, request: GenerationRequest) -> UpstreamCloser | None:
@@ -75,24 +79,23 @@ class UpstreamCloser:
 
     def add(self, event: EngineEvent) -> None:
         if isinstance(event, ContentDelta):
-            self._answer.append(event.text)
+            if self._schema is not None:
+                self._answer.append(event.text)
         elif isinstance(event, ToolCallDelta):
-            name, _, arguments = self._calls.setdefault(event.index, (event.name or "", event.kind, []))
-            if event.name and not name:
-                self._calls[event.index] = (event.name, event.kind, arguments)
-            arguments.append(event.arguments)
-            self._last_call = event.index
+            if self._call is None or self._call[0] != event.index:
+                self._call, self._arguments = (event.index, event.name or "", event.kind), []
+            self._arguments.append(event.arguments)
 
     def closing(self, finish: Finish) -> list[EngineEvent]:
         if finish.reason != "length":
             return []
-        if self._last_call is not None:
-            name, kind, parts = self._calls[self._last_call]
-            arguments = "".join(parts)
+        if self._call is not None:
+            index, name, kind = self._call
+            arguments = "".join(self._arguments)
             if kind != "function" or not arguments.strip():
                 return []  # a custom tool's input is free text; no arguments yet: nothing to close
-            end = close_json(arguments, tool_parameters(self._request, name))
-            return [ToolCallDelta(self._last_call, arguments=end)] if end else []
+            end = arguments_end(arguments, tool_parameters(self._request.tools, name))
+            return [ToolCallDelta(index, arguments=end)] if end else []
         if self._schema is None:
             return []
         said = "".join(self._answer)

@@ -30,7 +30,7 @@ import math
 import statistics
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -93,6 +93,12 @@ class QueuePlace:
 class _Waiter:
     key_id: str
     future: asyncio.Future[QueuePlace] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+def next_key(rotation: Iterable[str], active: Mapping[str, int]) -> str:
+    """The fair order: of the waiting keys (in rotation order), the one holding the fewest
+    slots; the earliest in the rotation on a tie."""
+    return min(rotation, key=lambda k: active.get(k, 0))
 
 
 # Finished requests needed before a predicted wait may refuse one: a cold server's first
@@ -251,8 +257,7 @@ class Admission:
             waiter.future.set_result(self._grant(key_id, waited=True))
 
     def _next_key(self) -> str:
-        """The waiting key holding the fewest slots; the earliest in the rotation on a tie."""
-        return min(self._waiting, key=lambda k: self._active[k])
+        return next_key(self._waiting, self._active)
 
     def _count(self, key_id: str, name: str) -> None:
         for counters in (self._total, self._by_key.setdefault(key_id, AdmissionCounters())):
@@ -292,7 +297,7 @@ class Admission:
         while True:
             at, holder = heapq.heappop(frees)
             active[holder] -= 1
-            key = min(queued, key=lambda k: active[k])
+            key = next_key(queued, active)
             left = queued.pop(key) - 1
             if key == key_id and left == 0:
                 return at

@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kimi_server.engines.cut_closing import NO_PARAMETERS, arguments_end, close_answer, structured_schema
+from kimi_server.engines.cut_closing import (
+    NO_PARAMETERS,
+    arguments_end,
+    close_answer,
+    structured_schema,
+    tool_parameters,
+)
 from kimi_server.engines.llamacpp.grammar import Grammar
 from kimi_server.engines.llamacpp.toolcalls import CallStreamParser
 from kimi_server.engines.types import GenerationRequest, ToolSpec
@@ -33,7 +39,7 @@ def close_call(parser: CallStreamParser, tools: Sequence[ToolSpec]) -> str:
     left as it is (inventing a file operation would change files)."""
     syntax, state, pending = parser.syntax, parser.state, parser.pending
     if state == "args":
-        return arguments_end(parser.arguments, _parameters(tools, parser.name)) + "}" + syntax.close
+        return arguments_end(parser.arguments, tool_parameters(tools, parser.name)) + "}" + syntax.close
     if state == "args_end":
         return "}" + syntax.close
     if state == "close":
@@ -50,8 +56,3 @@ def close_call(parser: CallStreamParser, tools: Sequence[ToolSpec]) -> str:
             arguments = arguments_end("", tool.parameters or NO_PARAMETERS)
             return opening + head[len(written) :] + arguments + "}" + syntax.close
     return ""
-
-
-def _parameters(tools: Sequence[ToolSpec], name: str) -> dict[str, Any]:
-    found = next((t for t in tools if t.name == name and t.kind != "custom"), None)
-    return (found.parameters if found is not None else None) or NO_PARAMETERS

@@ -63,9 +63,7 @@ def writable_libgomp_ranges(maps: str) -> list[tuple[int, int]]:
     return ranges
 
 
-def _find(
-    ranges: list[tuple[int, int]], value: int, ctype: type[ctypes.c_uint64] | type[ctypes.c_uint32]
-) -> Dial | None:
+def _find(ranges: list[tuple[int, int]], value: int, ctype: Word) -> Dial | None:
     width = ctypes.sizeof(ctype)
     wanted = struct.pack("<Q" if width == 8 else "<I", value)
     found: list[int] = []
