@@ -178,18 +178,20 @@ def test_prompt_too_long_names_the_field_used(live_server: LiveServer) -> None:
 
 
 def test_both_max_fields_are_served_and_the_newer_wins(live_server: LiveServer) -> None:
-    async def main() -> Any:
+    async def ask(max_tokens: int, max_completion_tokens: int) -> Any:
         async with sdk(live_server) as client:
             return await client.chat.completions.create(
                 model="kimi-k3.1-pro",
                 messages=[{"role": "user", "content": "Count to fifty."}],
                 reasoning_effort="low",
-                max_tokens=500,
-                # Below the low floor (8) plus the answer's unstoppable lead (3): only this cap
-                # can end the request, so "length" shows it won over max_tokens.
-                max_completion_tokens=10,
+                max_tokens=max_tokens,
+                max_completion_tokens=max_completion_tokens,
             )
 
-    resp = asyncio.run(main())
-    assert resp.usage is not None and resp.usage.completion_tokens <= 10
-    assert resp.choices[0].finish_reason == "length"
+    # The newer field as the tighter cap: the output stays within it, not within max_tokens.
+    tight = asyncio.run(ask(500, 10))
+    assert tight.usage is not None and tight.usage.completion_tokens <= 10
+    # The newer field as the looser cap: the low floor (8 tokens of reasoning in the test
+    # budgets) is reached, which a cap of 4 from max_tokens would forbid.
+    loose = asyncio.run(ask(4, 500))
+    assert loose.usage is not None and loose.usage.completion_tokens > 4

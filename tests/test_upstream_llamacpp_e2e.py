@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
-from openai.types.responses import ResponseCompletedEvent
+from openai.types.responses import ResponseCompletedEvent, ResponseIncompleteEvent
 
 from tests.conftest import LiveServer, start_server, stop_server
 from tests.upstreams.fixtures import llamacpp_server
@@ -153,12 +153,15 @@ def test_responses_plain_and_streamed_with_schema(front: LiveServer) -> None:
     fmt: Any = {"format": {"type": "json_schema", "name": "number", "schema": SCHEMA, "strict": True}}
     events = list(
         client.responses.create(
-            model="kimi-k3.1-pro", input="Give me a number as JSON.", text=fmt, max_output_tokens=24, stream=True
+            model="kimi-k3.1-pro", input="Give me a number as JSON.", text=fmt, max_output_tokens=48, stream=True
         )
     )
     types = [e.type for e in events]
-    assert types[0] == "response.created" and types[-1] == "response.completed"
-    assert isinstance(events[-1], ResponseCompletedEvent)
+    assert types[0] == "response.created"
+    # The tiny model sometimes pads its JSON to the cap: then the stream ends incomplete, and the
+    # answer it was cut from is still closed to a value the schema accepts.
+    assert types[-1] in {"response.completed", "response.incomplete"}
+    assert isinstance(events[-1], ResponseCompletedEvent | ResponseIncompleteEvent)
     final = events[-1].response
     assert isinstance(json.loads(final.output_text)["n"], int)
 
