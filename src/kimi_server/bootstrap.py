@@ -78,6 +78,8 @@ def build_engines(settings: Settings, environ: Mapping[str, str] = os.environ) -
                     prefill_turn=settings.prefill_turn,
                     prefill_turn_shared=settings.prefill_turn_shared,
                     prefill_slowdown=settings.prefill_slowdown,
+                    reasoning_together=settings.reasoning_together,
+                    reasoning_together_seeded=settings.reasoning_together_seeded,
                 )
             )
         by_model[spec.id] = by_path[path]

@@ -172,6 +172,10 @@ class Settings(BaseSettings):
     # speed its own turns show the engine reads it at, so it is read in a time proportional to
     # its length however busy the others keep the engine (1: no slower than alone).
     prefill_slowdown: float = Field(default=3.0, ge=1.0, le=100.0)
+    # Prompted-reasoning attempts decoded at once on slots no other request is using (1: one
+    # after another); with a seed too (a seeded answer then depends on the batches it shared).
+    reasoning_together: int = Field(default=4, ge=1, le=16)
+    reasoning_together_seeded: bool = False
     max_json_depth: int = Field(default=64, ge=8, le=512)  # nesting of any request body
     http_header_timeout: float = Field(default=10.0, gt=0)  # a request head must arrive within
     # Idle keep-alive connections close: longer than clients' own idle expiry (httpx: 5 s), so

@@ -7,7 +7,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from kimi_server.engines.llamacpp import wait_governor
 from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
 from kimi_server.engines.llamacpp.answer_prefix import lead_text
 from kimi_server.engines.llamacpp.cpu_wait import CpuPoll, apply_wait_level, governed, pool_poll
+from kimi_server.engines.llamacpp.extra_attempts import SpareSlots
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.multimodal import MEDIA_MARKER, media_of
@@ -26,7 +27,7 @@ from kimi_server.engines.llamacpp.phases import (
     prompted_generation,
 )
 from kimi_server.engines.llamacpp.prefill import TurnSizes, long_prompt_cuts, read_in_turns, turns_to_run
-from kimi_server.engines.llamacpp.prompt_cache import CacheLimits, CacheStats, PromptCacheLedger
+from kimi_server.engines.llamacpp.prompt_cache import CacheLimits, CacheStats, Lease, PromptCacheLedger
 from kimi_server.engines.llamacpp.rendered import Rendered, RenderedPrompts
 from kimi_server.engines.llamacpp.repetition import RepetitionLimits
 from kimi_server.engines.llamacpp.runner import CompletionRunner
@@ -70,6 +71,14 @@ class EmbeddedConfig:
     prefill_turn_shared: int = 0  # the same while other requests run (0: no turns)
     prefill_slowdown: float = 3.0  # beside others, a prompt still reads at >= 1/this of its speed
     repetition: RepetitionLimits = field(default_factory=RepetitionLimits)  # ends looping answers
+    # Reasoning attempts decoded at once on free slots (extra_attempts.py), seeded requests too.
+    reasoning_together: int = 1
+    reasoning_together_seeded: bool = False
+
+
+# The longest prompt whose attempts decode on several slots: each slot reads it again, which
+# for a longer one costs more than decoding the attempts together saves.
+TOGETHER_PROMPT_MAX = 512
 
 
 def _threads(requested: int) -> int:
@@ -308,6 +317,8 @@ class EmbeddedEngine:
         cfg = self.config
         sizes = TurnSizes(cfg.prefill_turn, cfg.prefill_turn_shared, cfg.prefill_slowdown)
         cuts = await long_prompt_cuts(self._tokenizer, prompt, sizes) if not media else []
+        if not cuts and not media and counted is not None:
+            ctx.spare = self._spare_slots(request, prompt, counted.tokens)
         if cuts and ctx.reuse and lease.previous is not None:
             cuts = turns_to_run(cuts, prompt, lease.previous.text)
         try:
@@ -321,6 +332,27 @@ class EmbeddedEngine:
                 # cache any more.
                 self.cache.abandon(lease)
             self._scrub_stale()
+
+    def _spare_slots(self, request: GenerationRequest, prompt: str, prompt_tokens: int) -> SpareSlots | None:
+        """Free slots this request may decode reasoning attempts on, alongside its own. Each
+        reads the prompt again (or reuses its namespace's cached prefix there), so only a short
+        prompt is worth it; and a seeded request decodes alone unless the operator allows it,
+        since the batches it would share change its answer."""
+        cfg = self.config
+        if cfg.reasoning_together < 2 or prompt_tokens > TOGETHER_PROMPT_MAX:
+            return None
+        if request.seed is not None and not cfg.reasoning_together_seeded:
+            return None
+        namespace, model = request.cache.namespace, request.model
+
+        def borrow(take_back: Callable[[], None]) -> Lease | None:
+            return self.cache.try_borrow(namespace, prompt, model=model, take_back=take_back)
+
+        def give_back(lease: Lease) -> None:
+            self.cache.abandon(lease)
+            self._scrub_stale()
+
+        return SpareSlots(borrow, give_back, cfg.reasoning_together)
 
     def _scrub_stale(self) -> None:
         """Frees the KV of slots the cache no longer covers (expired, evicted, abandoned)."""

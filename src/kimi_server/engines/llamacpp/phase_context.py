@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimi_server.engines.llamacpp.multimodal import prompt_field
 from kimi_server.engines.llamacpp.repetition import RepetitionGuard, RepetitionLimits
@@ -21,6 +21,9 @@ from kimi_server.engines.llamacpp.template import ChatTemplate
 from kimi_server.engines.types import Finish, FinishReason, GenerationRequest, Message, Usage
 from kimi_server.errors import InvalidRequestError
 from kimi_server.parsers.reasoning import ReasoningFormat
+
+if TYPE_CHECKING:
+    from kimi_server.engines.llamacpp.extra_attempts import SpareSlots
 
 
 @dataclass
@@ -118,6 +121,8 @@ class PhaseContext:
     # The answer's prompt, given the chosen attempt (prompted reasoning; see answer_turn).
     answer_prompt: Callable[[str], Awaitable[str]] = field(default=_no_answer_prompt)
     repetition: RepetitionLimits | None = None  # ends a call that loops (repetition.py)
+    # Free slots this request may borrow to decode reasoning attempts together (extra_attempts.py).
+    spare: SpareSlots | None = None
     # Output tokens the reasoning leaves for an answer decoded under a grammar (answer_room).
     answer_room: int = 0
     # Partial Mode: what the answer's prompt ends with, the text it continues (answer_prefix.py).

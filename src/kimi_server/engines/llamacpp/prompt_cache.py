@@ -110,6 +110,9 @@ class PromptCacheLedger:
         self._scrubbing: set[int] = set()
         self._by_namespace: dict[str, Counters] = {}
         self._waiters: list[asyncio.Future[None]] = []
+        # Holders lent to a running request for extra work it can do without (reasoning
+        # attempts decoded alongside its own): each with the call that takes it back.
+        self._borrowed: dict[int, Callable[[], None]] = {}
 
     def namespace_of(self, key_id: str) -> str:
         group = self.limits.groups.get(key_id)
@@ -132,13 +135,14 @@ class PromptCacheLedger:
                     self._waiters.remove(waiter)
 
     def try_acquire(self, key_id: str, text: str, ttl_seconds: float, *, model: str = "") -> Lease | None:
-        if len(self._leased) >= self.limits.max_active:
+        if len(self._leased) - len(self._borrowed) >= self.limits.max_active:
             return None
         now = self._clock()
         self._expire(now)
         busy = self._leased | self._scrubbing
         free = [h for h in range(self.limits.holders) if h not in busy]
         if not free:
+            self._reclaim()
             return None
         namespace = self.namespace_of(key_id)
         ttl = ttl_seconds * self.limits.ttl_scale
@@ -156,6 +160,38 @@ class PromptCacheLedger:
         # still lend is at most a prefix not worth reusing (a chat template's opening), and a new
         # prefix then reads as the miss it is, whichever holders happen to be full.
         return self._lease(victim, namespace, model, False, ttl)
+
+    def try_borrow(self, key_id: str, text: str, *, model: str, take_back: Callable[[], None]) -> Lease | None:
+        """A free holder lent for work its borrower can do without, or None. Only an empty
+        holder or one of the borrower's own namespace is lent (never another tenant's cached
+        prefix), only while fewer than ``max_active`` requests hold one, and a request that then
+        finds no holder free gets it back: ``take_back`` is called, and the borrower must
+        ``abandon`` the lease soon after."""
+        if len(self._leased) >= self.limits.max_active:
+            return None
+        self._expire(self._clock())
+        namespace = self.namespace_of(key_id)
+        busy = self._leased | self._scrubbing
+        free = [h for h in range(self.limits.holders) if h not in busy]
+        best, shared = self._best_own(free, namespace, model, text)
+        if best is not None and self.limits.enabled and worth_reusing(shared, len(self._entries[best].text), len(text)):
+            holder, reuse = best, True
+        else:
+            lendable = [h for h in free if h not in self._entries or self._entries[h].namespace == namespace]
+            if not lendable:
+                return None
+            holder, reuse = self._victim(lendable), False
+            if holder in self._entries:
+                self._evict(holder, "lent to a request of its namespace", stale=False)
+        previous = self._entries.pop(holder, None)
+        self._leased.add(holder)
+        self._stale.discard(holder)
+        self._borrowed[holder] = take_back
+        return Lease(holder, namespace, reuse, 0.0, previous, model)
+
+    def _reclaim(self) -> None:
+        for take_back in list(self._borrowed.values()):
+            take_back()
 
     def _best_own(self, free: list[int], namespace: str, model: str, text: str) -> tuple[int | None, int]:
         best, shared = None, 0
@@ -237,6 +273,7 @@ class PromptCacheLedger:
         if holder not in self._leased:
             return
         self._leased.discard(holder)
+        self._borrowed.pop(holder, None)
         self._wake()
 
     def _wake(self) -> None:

@@ -3,11 +3,23 @@ native thinking call, ending in what the answer step builds on (``Reasoned``).""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from kimi_server.engines.llamacpp.answer import AnswerPlan
 from kimi_server.engines.llamacpp.consensus import most_agreed
+from kimi_server.engines.llamacpp.extra_attempts import (
+    Extra,
+    LentSlots,
+    RunAttempt,
+    extra_room,
+    extras_wanted,
+    finish,
+    in_turn,
+    prune,
+    start_extras,
+)
 from kimi_server.engines.llamacpp.phase_context import (
     ANSWER_LEAD,
     OPEN_TAG_BANS,
@@ -56,44 +68,91 @@ async def attempts(
     contrast, only add evidence: ``consensus.most_agreed`` picks the one the others agree with.
     Yields the reasoning deltas, with a label before every attempt after the first, and each
     attempt once it ends. ``stops``: more sequences that end an attempt (the client's own, when
-    an attempt may become the answer).
+    an attempt may become the answer). Where slots are free, the attempts that would come next
+    decode alongside (extra_attempts.py); what is shown and counted is the same series.
     """
     cap = reasoning_cap(ctx)
     floor = min(ctx.request.budget.floor, cap)
-    # The lead masks end-of-turn and tags, so each later attempt costs at least one token.
-    lead = {"ignore_eos": True, "logit_bias": [*OPEN_TAG_BANS, *([t, False] for t in ctx.fmt.stops)]}
     stop = [*ctx.fmt.markers, *stops]
-    index = 0
-    while not ctx.reasoning_ended and ctx.tally.reasoning < cap and (index == 0 or ctx.tally.reasoning < floor):
-        if index:
-            yield ReasoningDelta(f"\n\nAttempt {index + 1}:\n")
-        raw: list[str] = []
-        parts: list[str] = []
-        trim = LeadingTrim()
-        finished = looped = False
-        word: str | None = None
-        spent = ctx.tally.reasoning
-        # The first attempt is one plain call: exactly the model's direct reply (with a seed,
-        # the one a direct call with that seed gives), so the reasoning can only add to it.
-        stages = ((cap, {}),) if index == 0 else ((ANSWER_LEAD, lead), (cap, {}))
-        for limit, extra in stages:
-            left = min(limit, cap - ctx.tally.reasoning)
-            if finished or left <= 0 or ctx.reasoning_ended:
-                break
-            body = ctx.body(prompt + "".join(raw), left, stop=stop, attempt=index, **extra)
-            async for item in call(ctx, body, reasoning=True):
-                if isinstance(item, CompletionResult):
-                    finished = item.finish_reason == "stop"  # end-of-turn or a marker
-                    word = item.stopping_word
-                    looped = looped or item.looped
+
+    def run(on: PhaseContext, seed_offset: int, room: int) -> AsyncGenerator[ReasoningDelta | Attempt, None]:
+        return one_attempt(on, prompt, seed_offset, room, stop)
+
+    count = launched = 0
+    pool = LentSlots(ctx.spare) if ctx.spare is not None else None
+    try:
+        while not ctx.reasoning_ended and ctx.tally.reasoning < cap and (count == 0 or ctx.tally.reasoning < floor):
+            async for item in _round(ctx, pool, run, count, launched, cap, floor):
+                if isinstance(item, int):
+                    launched += item
                     continue
-                raw.append(item)
-                if text := trim(item):
-                    parts.append(text)
-                    yield ReasoningDelta(text)
-        tokens = ctx.tally.reasoning - spent
-        yield Attempt("".join(parts), finished, tuple(raw), tokens, word, looped)
-        index += 1
+                count += not isinstance(item, ReasoningDelta)
+                yield item
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+async def _round(
+    ctx: PhaseContext, pool: LentSlots | None, run: RunAttempt, count: int, launched: int, cap: int, floor: int
+) -> AsyncIterator[ReasoningDelta | Attempt | int]:
+    """One attempt on the request's own slot, with extras alongside on lent slots, shown in
+    turn; the int it yields first is how many attempts (seeds) the round starts."""
+    spent = ctx.tally.reasoning
+    extras: list[Extra] = []
+    if pool is not None:
+        wanted = extras_wanted(pool.spare, floor, spent, count)
+        extras = start_extras(ctx, pool, run, launched + 1, wanted, extra_room(cap, floor, spent))
+    yield 1 + len(extras)
+    try:
+        if count:
+            yield ReasoningDelta(f"\n\nAttempt {count + 1}:\n")
+        pieces = 0
+        async for item in run(ctx, launched, cap - spent):
+            if isinstance(item, ReasoningDelta):
+                pieces += 1
+                prune(extras, spent + pieces, floor)
+            yield item
+        async for item in in_turn(ctx, extras, floor, count + 1):
+            yield item
+    finally:
+        finish(extras)
+
+
+async def one_attempt(
+    ctx: PhaseContext, prompt: str, seed_offset: int, room: int, stop: list[str]
+) -> AsyncGenerator[ReasoningDelta | Attempt, None]:
+    """One attempt on ``ctx``'s slot, at most ``room`` tokens: its deltas, then the Attempt.
+    ``seed_offset`` 0 is the first attempt: one plain call, exactly the model's direct reply
+    (with a seed, the one a direct call with that seed gives), so the reasoning can only add to
+    it. Every later one starts with a lead that masks end-of-turn and tags, so it costs at least
+    one token."""
+    lead = {"ignore_eos": True, "logit_bias": [*OPEN_TAG_BANS, *([t, False] for t in ctx.fmt.stops)]}
+    raw: list[str] = []
+    parts: list[str] = []
+    trim = LeadingTrim()
+    finished = looped = False
+    word: str | None = None
+    spent = ctx.tally.reasoning
+    stages: tuple[tuple[int, dict[str, Any]], ...] = (
+        ((room, {}),) if seed_offset == 0 else ((ANSWER_LEAD, lead), (room, {}))
+    )
+    for limit, extra in stages:
+        left = min(limit, room - (ctx.tally.reasoning - spent))
+        if finished or left <= 0 or ctx.reasoning_ended:
+            break
+        body = ctx.body(prompt + "".join(raw), left, stop=stop, attempt=seed_offset, **extra)
+        async for item in call(ctx, body, reasoning=True):
+            if isinstance(item, CompletionResult):
+                finished = item.finish_reason == "stop"  # end-of-turn or a marker
+                word = item.stopping_word
+                looped = looped or item.looped
+                continue
+            raw.append(item)
+            if text := trim(item):
+                parts.append(text)
+                yield ReasoningDelta(text)
+    yield Attempt("".join(parts), finished, tuple(raw), ctx.tally.reasoning - spent, word, looped)
 
 
 async def native_reasoning(ctx: PhaseContext, opened: str) -> AsyncIterator[ReasoningDelta | str]:
