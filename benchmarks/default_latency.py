@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import openai
+from openai import omit
 
 from benchmarks._measure import interleave, machine_note, ratio, spread
 from benchmarks._server import KEY, running_server
@@ -47,11 +48,14 @@ def unpack_source(commit: str, into: Path) -> Path:
     return into / "src"
 
 
-def timed_request(base_url: str, seed: int, sizes: list[int]) -> float:
+def timed_request(base_url: str, seed: int | None, sizes: list[int], effort: str | None = None) -> float:
     client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=600)
     start = time.perf_counter()
     resp = client.chat.completions.create(
-        model="kimi-k3.1-pro", messages=[{"role": "user", "content": PROMPT}], seed=seed
+        model="kimi-k3.1-pro",
+        messages=[{"role": "user", "content": PROMPT}],
+        seed=seed if seed is not None else omit,
+        reasoning_effort=effort if effort is not None else omit,  # type: ignore[arg-type]
     )
     took = time.perf_counter() - start
     sizes.append(resp.usage.completion_tokens if resp.usage else 0)
@@ -63,6 +67,8 @@ def main() -> None:
     parser.add_argument("--baseline", default=TARGET_BASELINE, help="the old side's commit")
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--effort", default=None, help="reasoning_effort (default: the model's own)")
+    parser.add_argument("--seeded", action="store_true", help="a seed per round, the same to both sides")
     args = parser.parse_args()
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -71,24 +77,24 @@ def main() -> None:
         old_url = stack.enter_context(running_server(args.model, env=old_env))
         new_url = stack.enter_context(running_server(args.model))
         sizes: dict[str, list[int]] = {"old": [], "new": []}
-        for url, side in ((old_url, "old"), (new_url, "new")):
+        for url in (old_url, new_url):
             timed_request(url, 0, [])  # warm-up: the first request loads what later ones reuse
         seeds = iter(range(1, 10_000))
         round_seed = {"seed": 0}
 
-        def side(url: str, name: str) -> Callable[[], float]:
+        def measured(url: str, name: str) -> Callable[[], float]:
             def measure() -> float:
                 if name == "old":  # the old side runs first in each round: a new seed per round
                     round_seed["seed"] = next(seeds)
                 time.sleep(SETTLE_S)
-                return timed_request(url, round_seed["seed"], sizes[name])
+                return timed_request(url, round_seed["seed"] if args.seeded else None, sizes[name], args.effort)
 
             return measure
 
-        samples = interleave(args.rounds, {"old": side(old_url, "old"), "new": side(new_url, "new")})
+        samples = interleave(args.rounds, {"old": measured(old_url, "old"), "new": measured(new_url, "new")})
     print(
-        f'model {args.model}, "{PROMPT}" at the default effort, non-streamed, {args.rounds} interleaved '
-        f"seeded rounds; old = {args.baseline}, new = this checkout; {machine_note()}"
+        f'model {args.model}, "{PROMPT}" at {args.effort or "the default"} effort, non-streamed, '
+        f"{args.rounds} interleaved {'seeded ' if args.seeded else ''}rounds; old = {args.baseline}, new = this checkout; {machine_note()}"
     )
     for name in ("old", "new"):
         print(f"  {name}: {spread(samples[name], ' s')}, completion_tokens {sizes[name]}")
