@@ -94,7 +94,8 @@ def main() -> None:
         samples = interleave(args.rounds, {"old": measured(old_url, "old"), "new": measured(new_url, "new")})
     print(
         f'model {args.model}, "{PROMPT}" at {args.effort or "the default"} effort, non-streamed, '
-        f"{args.rounds} interleaved {'seeded ' if args.seeded else ''}rounds; old = {args.baseline}, new = this checkout; {machine_note()}"
+        f"{args.rounds} interleaved {'seeded ' if args.seeded else ''}rounds; "
+        f"old = {args.baseline}, new = this checkout; {machine_note()}"
     )
     for name in ("old", "new"):
         print(f"  {name}: {spread(samples[name], ' s')}, completion_tokens {sizes[name]}")
