@@ -190,7 +190,8 @@ class PromptCacheLedger:
         return Lease(holder, namespace, reuse, 0.0, previous, model)
 
     def _reclaim(self) -> None:
-        for take_back in list(self._borrowed.values()):
+        for holder, take_back in list(self._borrowed.items()):
+            log.info("prompt cache: lent slot %d asked back for a waiting request", holder)
             take_back()
 
     def _best_own(self, free: list[int], namespace: str, model: str, text: str) -> tuple[int | None, int]:
