@@ -3,8 +3,11 @@
 Both sides make the same llama.cpp call (xllamacpp ``handle_completions``, streamed) on the same
 model, thread count and slot count (``--parallel``): the baseline calls it directly in this
 process, the variant goes through a real kimi-server (HTTP, the official openai SDK, the
-reasoning phase). For 1 and more concurrent requests, each round runs the baseline and then the
-variant (A, B, A, B, ...); each side reports the median aggregate decode rate (tokens after the
+reasoning phase). A second baseline streams the same completion from llama.cpp's own HTTP
+server (the same in-process llama.cpp with its port open) through the same openai SDK client:
+what running llama.cpp's server alone costs a client on the same machine. For 1 and more
+concurrent requests, each round runs the baselines and then the variant (A, B, C, A, B, C,
+...); each side reports the median aggregate decode rate (tokens after the
 first, divided by the time from the first token to the last) and its spread, and the ratio of
 the medians. Every request decodes exactly N tokens: the baseline ignores end-of-turn, and on
 the server the reasoning floor equals the cap, so end-of-turn is masked there too.
@@ -27,18 +30,20 @@ from typing import Any
 import openai
 
 from benchmarks._measure import interleave, machine_note, ratio, spread
-from benchmarks._server import KEY, running_server
+from benchmarks._server import KEY, _free_port, running_server
 from kimi_server.models.pull import resolve_model
 from kimi_server.models.store import ModelStore, default_models_dir
 
 SETTLE_S = 1.0
+HTTP_KEY = "sk-llamacpp-bench"
 # The same user turn both sides see (the server adds its reasoning-phase framing around it).
 QUESTION = "Write a story about lighthouse number {i}."
 
 
-def load_llama(model_path: str, threads: int, slots: int, ctx: int) -> Any:
+def load_llama(model_path: str, threads: int, slots: int, ctx: int, port: int = 0) -> Any:
     """llama.cpp as the embedded engine loads it for ``--parallel slots``: one more slot (the
-    engine's utility slot) and one context shared by all slots."""
+    engine's utility slot) and one context shared by all slots. ``port``: also serve llama.cpp's
+    own HTTP API there, under ``HTTP_KEY`` (0: no listener)."""
     import xllamacpp
 
     params = xllamacpp.CommonParams()
@@ -50,7 +55,8 @@ def load_llama(model_path: str, threads: int, slots: int, ctx: int) -> Any:
     params.cpuparams_batch.n_threads = threads
     params.warmup = False
     params.verbosity = -1
-    params.api_keys = [os.urandom(16).hex()]  # its own HTTP port stays locked
+    params.port = port
+    params.api_keys = [HTTP_KEY if port else os.urandom(16).hex()]  # a closed port stays locked
     return xllamacpp.Server(params)
 
 
@@ -76,6 +82,30 @@ def raw_once(server: Any, tokens: int, i: int, out: list[tuple[int, float, float
     }
     server.handle_completions(body, on_chunk)
     out.append((len(times) - 1, times[0], times[-1]))
+
+
+async def http_once(client: openai.AsyncOpenAI, tokens: int, i: int) -> tuple[int, float, float]:
+    """The raw side's completion through llama.cpp's own HTTP server and the openai SDK."""
+    stream = await client.completions.create(
+        model="llama.cpp",
+        prompt=f"<|im_start|>user\n{QUESTION.format(i=i)}<|im_end|>\n<|im_start|>assistant\n",
+        max_tokens=tokens,
+        temperature=0.7,
+        top_p=0.95,
+        stream=True,
+        extra_body={"ignore_eos": True, "cache_prompt": False},
+    )
+    times = [time.perf_counter() async for chunk in stream if chunk.choices and chunk.choices[0].text]
+    return len(times) - 1, times[0], times[-1]
+
+
+def http_rate(base_url: str, tokens: int, concurrency: int) -> float:
+    async def go() -> float:
+        async with openai.AsyncOpenAI(base_url=base_url, api_key=HTTP_KEY, max_retries=0, timeout=600) as client:
+            results = await asyncio.gather(*(http_once(client, tokens, i) for i in range(concurrency)))
+        return aggregate(list(results))
+
+    return asyncio.run(go())
 
 
 def settled(measure: Callable[[], float]) -> float:
@@ -147,16 +177,20 @@ def main() -> None:
     levels = [int(c) for c in args.concurrency.split(",")]
     path = str(resolve_model(args.model, ModelStore(default_models_dir()), auto_pull=True))
     ctx = 4096
-    raw = load_llama(path, args.threads, args.parallel, ctx)
+    port = _free_port()
+    raw = load_llama(path, args.threads, args.parallel, ctx, port)
+    http_url = f"http://127.0.0.1:{port}/v1"
     # Every level at the same floor and cap: the levels may not overlap, whatever --tokens is.
     budgets = json.dumps({level: {"floor": args.tokens, "cap": args.tokens} for level in ("low", "high", "max")})
     extra = ("--threads", str(args.threads), "--parallel", str(args.parallel), "--ctx-size", str(ctx))
     with running_server(args.model, *extra, env={"KIMI_BUDGETS": budgets}) as url:
-        raw_rate(raw, 8, 1)  # warm-up, both sides
+        raw_rate(raw, 8, 1)  # warm-up, every side
+        http_rate(http_url, 8, 1)
         server_rate(url, 8, 1)
         sides: dict[str, Any] = {}
         for c in levels:
             sides[f"llama.cpp x{c}"] = lambda c=c: settled(lambda: raw_rate(raw, args.tokens, c))
+            sides[f"llama.cpp http x{c}"] = lambda c=c: settled(lambda: http_rate(http_url, args.tokens, c))
             sides[f"kimi-server x{c}"] = lambda c=c: settled(lambda: server_rate(url, args.tokens, c))
         samples = interleave(args.rounds, sides)
     print(
@@ -169,6 +203,13 @@ def main() -> None:
         print(
             f"  {c} concurrent: llama.cpp {spread(base)}  kimi-server {spread(mine)}  "
             f"kimi-server / llama.cpp = {ratio(mine, base):.2f}x"
+        )
+    print("the same through llama.cpp's own HTTP server and the same openai SDK client:")
+    for c in levels:
+        http, mine = samples[f"llama.cpp http x{c}"], samples[f"kimi-server x{c}"]
+        print(
+            f"  {c} concurrent: llama.cpp's HTTP server {spread(http)}  "
+            f"kimi-server / llama.cpp http = {ratio(mine, http):.2f}x"
         )
     lo = levels[0]
     for c in levels[1:]:

@@ -54,6 +54,6 @@ def test_a_request_that_needs_a_lent_slot_gets_it_back(tmp_path: Path) -> None:
         assert usage.completion_tokens_details.reasoning_tokens >= 72
         assert "Attempt 2:" in reasoning and "Going with attempt" in reasoning
         log = server.log.read_text()
-        assert "lent slot" in log and "asked back for a waiting request" in log
+        assert "lent slot" in log and "asked back for another request" in log
     finally:
         stop_server(proc)

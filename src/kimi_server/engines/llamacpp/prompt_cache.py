@@ -151,6 +151,7 @@ class PromptCacheLedger:
             self._leased.add(best)
             # While leased the holder's content changes: its entry leaves the ledger until
             # commit, which extends it (keeping the longer expiry).
+            self._reclaim()
             return Lease(best, namespace, True, ttl, self._entries.pop(best), model)
         victim = self._victim(free)
         old = self._entries.get(victim)
@@ -159,15 +160,17 @@ class PromptCacheLedger:
         # The victim is recomputed from scratch even where this namespace wrote it: what it could
         # still lend is at most a prefix not worth reusing (a chat template's opening), and a new
         # prefix then reads as the miss it is, whichever holders happen to be full.
+        self._reclaim()
         return self._lease(victim, namespace, model, False, ttl)
 
     def try_borrow(self, key_id: str, text: str, *, model: str, take_back: Callable[[], None]) -> Lease | None:
         """A free holder lent for work its borrower can do without, or None. Only an empty
         holder or one of the borrower's own namespace is lent (never another tenant's cached
-        prefix), only while fewer than ``max_active`` requests hold one, and a request that then
-        finds no holder free gets it back: ``take_back`` is called, and the borrower must
-        ``abandon`` the lease soon after."""
-        if len(self._leased) >= self.limits.max_active:
+        prefix), and only while the borrower is the one request holding a holder: the engine is
+        otherwise idle, so the extra work costs nobody a step. The next request to get a holder
+        asks every lent one back: ``take_back`` is called, and the borrower must ``abandon`` the
+        lease soon after."""
+        if len(self._leased) >= self.limits.max_active or len(self._leased) - len(self._borrowed) > 1:
             return None
         self._expire(self._clock())
         namespace = self.namespace_of(key_id)
@@ -191,7 +194,7 @@ class PromptCacheLedger:
 
     def _reclaim(self) -> None:
         for holder, take_back in list(self._borrowed.items()):
-            log.info("prompt cache: lent slot %d asked back for a waiting request", holder)
+            log.info("prompt cache: lent slot %d asked back for another request", holder)
             take_back()
 
     def _best_own(self, free: list[int], namespace: str, model: str, text: str) -> tuple[int | None, int]:
