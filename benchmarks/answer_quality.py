@@ -210,6 +210,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="times each question is asked")
     parser.add_argument("--parallel", type=int, default=4, help="requests in flight at once")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: one per core)")
+    parser.add_argument("--slots", type=int, default=0, help="the server's slots (0: --parallel)")
     parser.add_argument("--show-wrong", action="store_true", help="print each wrong reply")
     parser.add_argument("--seed", type=int, default=1, help="first seed of the paired asks")
     parser.add_argument("--unpaired", action="store_true", help="send no seeds")
@@ -236,7 +237,7 @@ def main() -> None:
     replies = direct_answers(path, questions, seeds, args.parallel, args.threads)
     scores["direct"] = score("direct", replies)
     print(f"direct (llama.cpp, no reasoning): {scores['direct']}/{len(questions)}", flush=True)
-    slots = str(args.parallel)
+    slots = str(args.slots or args.parallel)
     server_args = ("--parallel", slots, "--ctx-size", "8192", "--threads", str(args.threads))
     with running_server(args.model, *server_args) as url:
         for label, effort in (("low", "low"), ("default (max)", None)):

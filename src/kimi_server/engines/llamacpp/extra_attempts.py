@@ -199,9 +199,17 @@ async def _decode(extra: Extra, run: RunAttempt, room: int, pool: LentSlots, len
         pool.release(lent)
 
 
-def prune(extras: list[Extra], before: int, floor: int) -> None:
+def prune(extras: list[Extra], before: int, floor: int, own: int, most: int) -> None:
     """Stops the extras certain not to be needed: those whose predecessors (``before``: the
-    tokens of every attempt ahead of the first extra, at least) already reach the floor."""
+    tokens of every attempt ahead of the first extra, at least) already reach the floor. And
+    all of them once the request's own attempt (``own`` tokens so far) is past ``floor /
+    most`` unfinished: attempts that long reach the floor in fewer than ``most``, so most
+    extras would be decoded for nothing (the attempts still needed come in a later round,
+    as many as their length by then says)."""
+    if own * most > floor:
+        for extra in extras:
+            extra.stop()
+        return
     total = before
     for extra in extras:
         if total >= floor:
