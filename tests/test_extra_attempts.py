@@ -106,19 +106,29 @@ def test_attempts_decoded_together_show_and_bill_what_one_after_another_would() 
 
 
 def test_extras_that_turn_out_not_needed_are_neither_shown_nor_billed() -> None:
-    # The first attempt alone (40 tokens) passes the floor: the three extras started beside it
-    # are stopped once that is certain, and the answer costs what one attempt costs.
-    alone = SeededLlama(natural_stop=40)
-    together = SeededLlama(natural_stop=40)
-    one_by_one = generate(alone, floor=30, cap=60, cache=None)
-    at_once = generate(together, floor=30, cap=60, cache=ledger())
+    # The first attempt (3 tokens) says two more are needed for a floor of 10; three are
+    # decoded at once, and the second of them (6 + 6 tokens after the first) already reaches
+    # the floor: the third is stopped, never shown, never billed.
+    alone = SeededLlama(natural_stop=3)
+    together = SeededLlama(natural_stop=3)
+    one_by_one = generate(alone, floor=10, cap=60, cache=None)
+    at_once = generate(together, floor=10, cap=60, cache=ledger())
     assert reasoning_of(at_once) == reasoning_of(one_by_one)
-    assert "Attempt 2" not in reasoning_of(at_once)
+    assert "Attempt 3:" in reasoning_of(at_once) and "Attempt 4" not in reasoning_of(at_once)
     [done_alone] = [e for e in one_by_one if isinstance(e, Finish)]
     [done_together] = [e for e in at_once if isinstance(e, Finish)]
     assert done_together.usage == done_alone.usage
-    assert done_together.usage.reasoning_tokens == 40
-    assert len({c.get("seed") for c in together.calls}) > 1  # extras did start
+    assert done_together.usage.reasoning_tokens == 3 + 6 + 6
+    assert 7 + 3 in {c.get("seed") for c in together.calls}  # the fourth attempt did start
+    assert "s10" not in reasoning_of(at_once)
+
+
+def test_a_long_first_attempt_starts_no_extras() -> None:
+    llama = SeededLlama(natural_stop=40)
+    events = generate(llama, floor=30, cap=60, cache=ledger())
+    assert {c.get("seed") for c in llama.calls} == {7}
+    [done] = [e for e in events if isinstance(e, Finish)]
+    assert done.usage.reasoning_tokens == 40
 
 
 def test_the_ledger_lends_only_empty_or_own_slots_to_a_request_alone_and_takes_them_back() -> None:

@@ -79,11 +79,13 @@ def extra_room(cap: int, floor: int, spent: int) -> int:
 
 
 def extras_wanted(spare: SpareSlots, floor: int, spent: int, attempts_so_far: int) -> int:
-    """How many to decode alongside the next attempt: as many as allowed at first; later,
-    about as many as the floor still needs at the length the attempts have had."""
+    """How many to decode alongside the next attempt: none beside the first, whose length is
+    the evidence (a long first attempt needs few others or none, and extras started beside it
+    would mostly be decoded for nothing); then about as many as the floor still needs at the
+    length the attempts have had, within ``most``."""
     most = spare.most - 1
     if attempts_so_far == 0 or spent <= 0:
-        return most
+        return 0
     per_attempt = max(spent / attempts_so_far, 1.0)
     needed = -(-(floor - spent) // per_attempt)  # ceiling: attempts still to reach the floor
     return max(0, min(most, int(needed) - 1))
@@ -117,6 +119,7 @@ class LentSlots:
         self.spare = spare
         self.idle: list[_Lent] = []
         self.closed = False
+        self.borrowed = False  # its first round with extras borrowed what it could
 
     def take(self, *, borrow: bool) -> _Lent | None:
         """An idle lent slot, else (``borrow``) a newly lent one. Later rounds only reuse: a
@@ -159,7 +162,7 @@ def start_extras(
     if room < MIN_EXTRA_ROOM:
         return extras
     for n in range(count):
-        lent = pool.take(borrow=first_offset == 1)
+        lent = pool.take(borrow=not pool.borrowed)
         if lent is None or lent.lease is None:
             break
         on_slot = replace(
@@ -178,6 +181,7 @@ def start_extras(
         lent.extra = extra
         extra.task = asyncio.get_running_loop().create_task(_decode(extra, run, room, pool, lent))
         extras.append(extra)
+    pool.borrowed = pool.borrowed or count > 0
     return extras
 
 
@@ -199,17 +203,9 @@ async def _decode(extra: Extra, run: RunAttempt, room: int, pool: LentSlots, len
         pool.release(lent)
 
 
-def prune(extras: list[Extra], before: int, floor: int, own: int, most: int) -> None:
+def prune(extras: list[Extra], before: int, floor: int) -> None:
     """Stops the extras certain not to be needed: those whose predecessors (``before``: the
-    tokens of every attempt ahead of the first extra, at least) already reach the floor. And
-    all of them once the request's own attempt (``own`` tokens so far) is past ``floor /
-    most`` unfinished: attempts that long reach the floor in fewer than ``most``, so most
-    extras would be decoded for nothing (the attempts still needed come in a later round,
-    as many as their length by then says)."""
-    if own * most > floor:
-        for extra in extras:
-            extra.stop()
-        return
+    tokens of every attempt ahead of the first extra, at least) already reach the floor."""
     total = before
     for extra in extras:
         if total >= floor:

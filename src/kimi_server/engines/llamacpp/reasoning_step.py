@@ -111,7 +111,7 @@ async def _round(
         async for item in run(ctx, launched, cap - spent):
             if isinstance(item, ReasoningDelta):
                 pieces += 1
-                prune(extras, spent + pieces, floor, pieces, 1 + len(extras))
+                prune(extras, spent + pieces, floor)
             yield item
         async for item in in_turn(ctx, extras, floor, count + 1):
             yield item
