@@ -1,18 +1,19 @@
 """Reasoning attempts decoded alongside the request's own, on slots nobody else is using.
 
 The prompted reasoning is a series of independent attempts, each sampled from the conversation
-alone, until the effort's floor is reached. Decoded one after another, a short reply needs
-several rounds; llama.cpp decodes every busy slot in one batch per step, which on a CPU costs
-far less than as many steps one by one. So while the request's own slot decodes its attempt,
-free slots (lent by the prompt-cache ledger, never holding another tenant's prefix) decode the
-attempts that would come next, and their text waits until its turn to be shown.
+alone, until the effort's floor is reached. Decoded one after another, short replies need many
+rounds; llama.cpp decodes every busy slot in one batch per step, which on a CPU costs far less
+than as many steps one by one. So once the first attempt has shown how long attempts run, each
+round decodes about as many as the floor still needs: one on the request's own slot, the others
+on slots the prompt-cache ledger lends while the request is alone on the engine (never one
+holding another tenant's prefix); their text waits until its turn to be shown.
 
 What the client sees and pays for is what decoding them in turn would give: an extra attempt is
 shown and counted only if the attempts before it had not yet reached the floor; one that turns
 out not to be needed is stopped as soon as that is certain, and neither shown nor billed. Each
 extra is limited to the room the cap is sure to leave it (``cap - floor + 1``), so the total
-never passes the cap. A request that needs a slot takes a lent one back at once: the extra is
-stopped and, if it was needed after all, a later round decodes it.
+never passes the cap. The next request to get a slot takes the lent ones back at once: an extra
+not yet shown stops and, if it was needed after all, a later round decodes it.
 """
 
 from __future__ import annotations
