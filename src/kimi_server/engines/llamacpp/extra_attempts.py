@@ -57,8 +57,7 @@ class Extra:
     """One attempt decoding on a lent slot: its items queue up until it is its turn."""
 
     seed_offset: int
-    lease: Lease
-    ctx: PhaseContext
+    ctx: PhaseContext  # the request's, on the lent slot with a tally of its own
     items: asyncio.Queue[ReasoningDelta | Attempt | None] = field(default_factory=asyncio.Queue)
     progress: int = 0  # pieces decoded so far: a lower bound on its tokens
     shown: bool = False  # its turn came: it is streamed and counted
@@ -178,7 +177,7 @@ def start_extras(
             spare=None,
         )
         lent.used = True
-        extra = Extra(first_offset + n, lent.lease, on_slot)
+        extra = Extra(first_offset + n, on_slot)
         lent.extra = extra
         extra.task = asyncio.get_running_loop().create_task(_decode(extra, run, room, pool, lent))
         extras.append(extra)

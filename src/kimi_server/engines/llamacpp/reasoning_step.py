@@ -78,37 +78,35 @@ async def attempts(
     def run(on: PhaseContext, seed_offset: int, room: int) -> AsyncGenerator[ReasoningDelta | Attempt, None]:
         return one_attempt(on, prompt, seed_offset, room, stop)
 
-    count = launched = 0
+    count = launched = 0  # attempts shown; attempts started (each its own seed offset)
     pool = LentSlots(ctx.spare) if ctx.spare is not None else None
     try:
         while not ctx.reasoning_ended and ctx.tally.reasoning < cap and (count == 0 or ctx.tally.reasoning < floor):
-            async for item in _round(ctx, pool, run, count, launched, cap, floor):
-                if isinstance(item, int):
-                    launched += item
-                    continue
+            spent = ctx.tally.reasoning
+            extras: list[Extra] = []
+            if pool is not None:
+                wanted = extras_wanted(pool.spare, floor, spent, count)
+                extras = start_extras(ctx, pool, run, launched + 1, wanted, extra_room(cap, floor, spent))
+            async for item in _round(ctx, run, extras, count, launched, cap, floor):
                 count += not isinstance(item, ReasoningDelta)
                 yield item
+            launched += 1 + len(extras)
     finally:
         if pool is not None:
             pool.close()
 
 
 async def _round(
-    ctx: PhaseContext, pool: LentSlots | None, run: RunAttempt, count: int, launched: int, cap: int, floor: int
-) -> AsyncIterator[ReasoningDelta | Attempt | int]:
-    """One attempt on the request's own slot, with extras alongside on lent slots, shown in
-    turn; the int it yields first is how many attempts (seeds) the round starts."""
+    ctx: PhaseContext, run: RunAttempt, extras: list[Extra], count: int, own_seed: int, cap: int, floor: int
+) -> AsyncIterator[ReasoningDelta | Attempt]:
+    """One attempt on the request's own slot, with ``extras`` decoding alongside on lent
+    slots, shown in turn after it."""
     spent = ctx.tally.reasoning
-    extras: list[Extra] = []
-    if pool is not None:
-        wanted = extras_wanted(pool.spare, floor, spent, count)
-        extras = start_extras(ctx, pool, run, launched + 1, wanted, extra_room(cap, floor, spent))
-    yield 1 + len(extras)
     try:
         if count:
             yield ReasoningDelta(f"\n\nAttempt {count + 1}:\n")
         pieces = 0
-        async for item in run(ctx, launched, cap - spent):
+        async for item in run(ctx, own_seed, cap - spent):
             if isinstance(item, ReasoningDelta):
                 pieces += 1
                 prune(extras, spent + pieces, floor)
