@@ -115,7 +115,7 @@ def test_attempts_until_the_floor_then_the_chosen_one_is_the_answer() -> None:
         "w0 w1 \n\nAttempt 2:\nw0 w1 w2 w0 w1 \n\nAttempt 3:\nw0 w1 w2 w0 w1 \n\nGoing with attempt 2."
     )
     content = [e.text for e in events if isinstance(e, ContentDelta)]
-    assert "".join(content) == "w0 w1 w2 w0 w1 " and len(content) == 5  # streamed piece by piece
+    assert content == ["w0 w1 w2 w0 w1 "]  # already generated: shown whole, in one delta
     finish = events[-1]
     assert isinstance(finish, Finish) and finish.reason == "stop"
     # The answer is the chosen attempt: its tokens were generated once, as reasoning, and are
@@ -204,10 +204,10 @@ def test_reasoning_cap_and_output_cap() -> None:
     assert isinstance(finish, Finish) and finish.reason == "length"
     assert finish.usage.reasoning_tokens == 6
     assert finish.usage.completion_tokens == 10
-    # The attempt (6 tokens, cut by the reasoning cap) is the answer, shown whole and continued
-    # by the 4 output tokens left.
+    # The attempt (6 tokens, cut by the reasoning cap) is the answer, shown whole in one delta
+    # and continued token by token by the 4 output tokens left.
     assert [e.text for e in events if isinstance(e, ContentDelta)] == [
-        *(f"w{i} " for i in range(6)),
+        "".join(f"w{i} " for i in range(6)),
         *(f"w{i} " for i in range(4)),  # the fake model counts from w0 in every call
     ]
 

@@ -63,9 +63,9 @@ async def chosen_as_answer(ctx: PhaseContext, prompt: str, chosen: Attempt, inde
     room = ctx.request.max_output_tokens - ctx.tally.completion
     scrub = MarkerScrub(ctx.fmt.markers)
     trim = LeadingTrim(keep=ctx.continues)
-    for piece in chosen.pieces:
-        if text := trim(scrub.feed(piece)):
-            yield ContentDelta(text)
+    # One delta, not one per token: a client parses each event, and these tokens are all here.
+    if text := "".join(trim(scrub.feed(piece)) for piece in chosen.pieces):
+        yield ContentDelta(text)
     cut = False
     word = chosen.stopping_word
     unfinished = not chosen.finished  # the reasoning cap stopped it

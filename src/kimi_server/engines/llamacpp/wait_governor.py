@@ -8,9 +8,11 @@ sleeping threads still meet at every barrier, so the slowest one, the one sharin
 the pace. So a thread in this process reads, every ``INTERVAL_S``, how much CPU the rest of the
 machine used on the cores this process may run on (``/proc/stat`` less this process's own
 time), and through ``gomp_dials.py`` gives llama.cpp as many threads as there are cores left
-free (at least one), spinning only when that is all of them. Busier: fewer threads at once;
-quieter: more again after ``QUIET_SAMPLES`` readings in a row. One governor per process:
-libgomp's settings are the process's.
+free (at least one), spinning only when that is all of them. Busier: fewer threads after
+``BUSY_SAMPLES`` readings in a row; quieter: more again after ``QUIET_SAMPLES``. A single busy
+reading is not enough: a client on the same machine (the process starting, a burst of parsing
+as a request begins) shows as one, and halving llama.cpp's speed for it costs far more than
+the client's slice of a core. One governor per process: libgomp's settings are the process's.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from kimi_server.engines.llamacpp.gomp_dials import NO_THREAD_LIMIT, GompDials, 
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 0.2
-QUIET_SAMPLES = 3  # 0.6 s of quiet before more threads; one busy reading takes them at once
-SLACK_CORES = 0.25  # other work below this is noise (a core counts as free up to it)
+QUIET_SAMPLES = 3  # 0.6 s of quiet before more threads
+BUSY_SAMPLES = 2  # 0.4 s of other work before fewer
+SLACK_CORES = 0.4  # other work below this is a light client or noise: the core still counts as free
 SPINNING = 300_000  # libgomp's default
 SLEEPING = 0
 
@@ -83,8 +86,8 @@ class Decision:
         self.cores = cores
         self.most = threads
         self.threads = 1 if threads > 1 else threads  # until the machine has been seen quiet
-        self.rising = 0
-        self.rise_to = threads
+        self.rising = self.falling = 0
+        self.rise_to = self.fall_to = threads
 
     @property
     def setting(self) -> Setting:
@@ -94,14 +97,19 @@ class Decision:
         free = math.floor(self.cores - others + SLACK_CORES)
         wanted = max(1, min(self.most, free))
         if wanted < self.threads:
-            self.threads, self.rising = wanted, 0
+            self.rising = 0
+            self.fall_to = wanted if self.falling == 0 else max(self.fall_to, wanted)
+            self.falling += 1
+            if self.falling >= BUSY_SAMPLES:
+                self.threads, self.falling = self.fall_to, 0
         elif wanted > self.threads:
+            self.falling = 0
             self.rise_to = wanted if self.rising == 0 else min(self.rise_to, wanted)
             self.rising += 1
             if self.rising >= QUIET_SAMPLES:
                 self.threads, self.rising = self.rise_to, 0
         else:
-            self.rising = 0
+            self.rising = self.falling = 0
         return self.setting
 
 
