@@ -33,7 +33,7 @@ def load(model: str, attempts: int) -> Any:
     apply_wait_level(0)  # the engine's default, before llama.cpp is loaded
     import xllamacpp
 
-    from kimi_server.engines.llamacpp.engine import _threads
+    from kimi_server.engines.llamacpp.embedded_config import threads_for
     from kimi_server.models.store import ModelStore
 
     path = ModelStore().path_for(model)
@@ -45,7 +45,7 @@ def load(model: str, attempts: int) -> Any:
     params.kv_unified = True
     params.n_ctx = 4096
     for cpu in (params.cpuparams, params.cpuparams_batch):
-        cpu.n_threads = _threads(0)
+        cpu.n_threads = threads_for(0)
     return xllamacpp.Server(params)
 
 

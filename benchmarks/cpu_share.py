@@ -78,7 +78,8 @@ async def decode_rate(engine: object, tokens: int, seconds: float) -> float:
 def worker(model: Path, threads: int, poll: int | str, forever: bool) -> None:
     """Loads the engine; then answers each stdin line ``TOKENS SECONDS`` with a rate, or (a
     hog) decodes without pause until ``HOG_LIMIT_S``."""
-    from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
+    from kimi_server.engines.llamacpp.embedded_config import EmbeddedConfig
+    from kimi_server.engines.llamacpp.engine import EmbeddedEngine
 
     config = EmbeddedConfig(
         model_path=model,

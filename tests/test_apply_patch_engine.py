@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
+from kimi_server.engines.llamacpp.embedded_config import EmbeddedConfig
+from kimi_server.engines.llamacpp.engine import EmbeddedEngine
 from kimi_server.engines.types import (
     Finish,
     GenerationRequest,

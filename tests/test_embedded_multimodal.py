@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kimi_server.engines.llamacpp.answer import plan_answer
-from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
+from kimi_server.engines.llamacpp.embedded_config import EmbeddedConfig
+from kimi_server.engines.llamacpp.engine import EmbeddedEngine
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.multimodal import MEDIA_MARKER, media_of
 from kimi_server.engines.llamacpp.phases import PhaseContext, answer_turn, prompted_generation

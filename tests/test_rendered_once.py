@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
+from kimi_server.engines.llamacpp.embedded_config import EmbeddedConfig
+from kimi_server.engines.llamacpp.engine import EmbeddedEngine
 from kimi_server.engines.llamacpp.rendered import Rendered, RenderedPrompts
 from kimi_server.engines.types import Finish, GenerationRequest, Message, ReasoningBudget
 from tests.conftest import TEST_MODEL, model_path

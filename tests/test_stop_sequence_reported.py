@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
+from kimi_server.engines.llamacpp.embedded_config import EmbeddedConfig
+from kimi_server.engines.llamacpp.engine import EmbeddedEngine
 from kimi_server.engines.scripted import Script, ScriptedEngine
 from kimi_server.engines.types import EngineEvent, Finish, GenerationRequest, Message, ReasoningBudget
 from kimi_server.engines.upstream.normalise import Normaliser

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kimi_server.engines.base import Engine
-from kimi_server.engines.llamacpp.engine import EmbeddedConfig, EmbeddedEngine
+from kimi_server.engines.llamacpp.embedded_config import EmbeddedConfig
+from kimi_server.engines.llamacpp.engine import EmbeddedEngine
 from kimi_server.engines.llamacpp.repetition import RepetitionLimits
 from kimi_server.engines.upstream.build import upstream_engines
 from kimi_server.gate.auth import KeyRing, development_key, key_id_of

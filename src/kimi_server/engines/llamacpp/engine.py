@@ -7,16 +7,15 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from kimi_server.engines.llamacpp import wait_governor
 from kimi_server.engines.llamacpp.answer import GrammarChecker, plan_answer
 from kimi_server.engines.llamacpp.answer_prefix import lead_text
-from kimi_server.engines.llamacpp.cpu_wait import CpuPoll, apply_wait_level, governed, pool_poll
-from kimi_server.engines.llamacpp.extra_attempts import SpareSlots
+from kimi_server.engines.llamacpp.cpu_wait import apply_wait_level, governed, pool_poll
+from kimi_server.engines.llamacpp.embedded_config import EmbeddedConfig, threads_for
+from kimi_server.engines.llamacpp.extra_attempts import spare_slots
 from kimi_server.engines.llamacpp.gguf_meta import read_gguf_info
 from kimi_server.engines.llamacpp.grammar import syntax_for_template
 from kimi_server.engines.llamacpp.multimodal import MEDIA_MARKER, media_of
@@ -27,9 +26,8 @@ from kimi_server.engines.llamacpp.phases import (
     prompted_generation,
 )
 from kimi_server.engines.llamacpp.prefill import TurnSizes, long_prompt_cuts, read_in_turns, turns_to_run
-from kimi_server.engines.llamacpp.prompt_cache import CacheLimits, CacheStats, Lease, PromptCacheLedger
+from kimi_server.engines.llamacpp.prompt_cache import CacheLimits, CacheStats, PromptCacheLedger
 from kimi_server.engines.llamacpp.rendered import Rendered, RenderedPrompts
-from kimi_server.engines.llamacpp.repetition import RepetitionLimits
 from kimi_server.engines.llamacpp.runner import CompletionRunner
 from kimi_server.engines.llamacpp.template import ChatTemplate
 from kimi_server.engines.llamacpp.tokenizer import PromptTokenizer, load_prompt_tokenizer
@@ -41,54 +39,6 @@ from kimi_server.parsers.reasoning import get_reasoning_format
 log = logging.getLogger(__name__)
 IMAGE_TOKENS_ESTIMATE = 768  # an image's prompt tokens before the projector has seen it
 MMPROJ_MIN_BATCH = 512  # llama.cpp's default micro-batch: room for one image's tokens at once
-
-
-@dataclass(frozen=True)
-class EmbeddedConfig:
-    model_path: Path
-    n_ctx: int = 32768
-    n_parallel: int = 8
-    n_threads: int = 0  # 0: one per core this process may run on
-    # How long llama.cpp's threads spin before they sleep: 0 sleeps at once; "auto" spins
-    # while the machine's other work leaves the cores free (cpu_wait.py, wait_governor.py).
-    cpu_poll: CpuPoll = "auto"
-    reasoning_format: str = "prompted"
-    temperature: float = 0.7
-    top_p: float = 0.95
-    verbose: bool = False
-    # Prompt cache: cached sequences resident at once (llama.cpp slots beyond n_parallel are
-    # only storage), the token bound on them, and the rest of the ledger's limits.
-    cache_entries: int = 16
-    cache_max_tokens: int | None = None  # None: half of n_ctx
-    cache_enabled: bool = True
-    cache_ttl_scale: float = 1.0
-    cache_groups: dict[str, str] | None = None  # key id -> shared namespace
-    mmproj: Path | None = None  # multimodal projector: the model sees images
-    # The most prompt tokens one request may bring (None: the window), and the turns a prompt
-    # is read in, alone and beside other requests (prefill.py, docs/configuration.md).
-    max_prompt_tokens: int | None = None
-    prefill_turn: int = 512  # tokens of prompt per llama.cpp call on an idle engine (= n_batch)
-    prefill_turn_shared: int = 0  # the same while other requests run (0: no turns)
-    prefill_slowdown: float = 3.0  # beside others, a prompt still reads at >= 1/this of its speed
-    repetition: RepetitionLimits = field(default_factory=RepetitionLimits)  # ends looping answers
-    # Reasoning attempts decoded at once on free slots (extra_attempts.py), seeded requests too.
-    reasoning_together: int = 1
-    reasoning_together_seeded: bool = False
-
-
-# The longest prompt whose attempts decode on several slots: each slot reads it again, which
-# for a longer one costs more than decoding the attempts together saves.
-TOGETHER_PROMPT_MAX = 512
-
-
-def _threads(requested: int) -> int:
-    if requested > 0:
-        return requested
-    # The cores this process may run on (a container's or taskset's CPU set), not the host's.
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # no sched_getaffinity on this platform
-        return max(1, os.cpu_count() or 1)
 
 
 class EmbeddedEngine:
@@ -175,7 +125,7 @@ class EmbeddedEngine:
             log.info("prompt tokens of %s counted by %s", self.config.model_path.name, self._tokenizer.kind)
             self._server = await asyncio.to_thread(self._load)
             if governed(self.config.cpu_poll):
-                self._governor = wait_governor.acquire(_threads(self.config.n_threads))
+                self._governor = wait_governor.acquire(threads_for(self.config.n_threads))
             self._runner = CompletionRunner(self._server, max_workers=4 * self.slots, pinned=True)
             self._checker = GrammarChecker(self._runner, slot=self.utility_slot)
 
@@ -204,7 +154,7 @@ class EmbeddedEngine:
         # No spinning by default: on cores shared with other work, threads spinning while they
         # wait take the time the working ones need (cpu_wait.py).
         for cpu in (params.cpuparams, params.cpuparams_batch):
-            cpu.n_threads = _threads(cfg.n_threads)
+            cpu.n_threads = threads_for(cfg.n_threads)
             cpu.poll = pool_poll(cfg.cpu_poll)
         params.ctx_shift = False  # never silently drop the start of a conversation
         params.warmup = False
@@ -318,7 +268,15 @@ class EmbeddedEngine:
         sizes = TurnSizes(cfg.prefill_turn, cfg.prefill_turn_shared, cfg.prefill_slowdown)
         cuts = await long_prompt_cuts(self._tokenizer, prompt, sizes) if not media else []
         if not cuts and not media and counted is not None:
-            ctx.spare = self._spare_slots(request, prompt, counted.tokens)
+            ctx.spare = spare_slots(
+                self.cache,
+                request,
+                prompt,
+                counted.tokens,
+                together=cfg.reasoning_together,
+                seeded_too=cfg.reasoning_together_seeded,
+                after_give_back=self._scrub_stale,
+            )
         if cuts and ctx.reuse and lease.previous is not None:
             cuts = turns_to_run(cuts, prompt, lease.previous.text)
         try:
@@ -332,27 +290,6 @@ class EmbeddedEngine:
                 # cache any more.
                 self.cache.abandon(lease)
             self._scrub_stale()
-
-    def _spare_slots(self, request: GenerationRequest, prompt: str, prompt_tokens: int) -> SpareSlots | None:
-        """Free slots this request may decode reasoning attempts on, alongside its own. Each
-        reads the prompt again (or reuses its namespace's cached prefix there), so only a short
-        prompt is worth it; and a seeded request decodes alone unless the operator allows it,
-        since the batches it would share change its answer."""
-        cfg = self.config
-        if cfg.reasoning_together < 2 or prompt_tokens > TOGETHER_PROMPT_MAX:
-            return None
-        if request.seed is not None and not cfg.reasoning_together_seeded:
-            return None
-        namespace, model = request.cache.namespace, request.model
-
-        def borrow(take_back: Callable[[], None]) -> Lease | None:
-            return self.cache.try_borrow(namespace, prompt, model=model, take_back=take_back)
-
-        def give_back(lease: Lease) -> None:
-            self.cache.abandon(lease)
-            self._scrub_stale()
-
-        return SpareSlots(borrow, give_back, cfg.reasoning_together)
 
     def _scrub_stale(self) -> None:
         """Frees the KV of slots the cache no longer covers (expired, evicted, abandoned)."""

@@ -29,13 +29,17 @@ from kimi_server.engines.llamacpp.phase_context import PhaseContext, Tally
 from kimi_server.engines.types import ReasoningDelta
 
 if TYPE_CHECKING:
-    from kimi_server.engines.llamacpp.prompt_cache import Lease
+    from kimi_server.engines.llamacpp.prompt_cache import Lease, PromptCacheLedger
     from kimi_server.engines.llamacpp.reasoning_step import Attempt
+    from kimi_server.engines.types import GenerationRequest
 
 log = logging.getLogger(__name__)
 
 # Below this much room an extra attempt is mostly its forced lead: not worth a slot.
 MIN_EXTRA_ROOM = 8
+# The longest prompt whose attempts decode on several slots: each slot reads it again, which
+# for a longer one costs more than decoding the attempts together saves.
+TOGETHER_PROMPT_MAX = 512
 
 
 @dataclass
@@ -47,6 +51,36 @@ class SpareSlots:
     borrow: Callable[[Callable[[], None]], Lease | None]
     give_back: Callable[[Lease], None]
     most: int
+
+
+def spare_slots(
+    ledger: PromptCacheLedger,
+    request: GenerationRequest,
+    prompt: str,
+    prompt_tokens: int,
+    *,
+    together: int,
+    seeded_too: bool,
+    after_give_back: Callable[[], None],
+) -> SpareSlots | None:
+    """Free slots this request may decode reasoning attempts on, ``together`` at most with its
+    own. Each reads the prompt again (or reuses its namespace's cached prefix there), so only a
+    short prompt is worth it; and a seeded request decodes alone unless ``seeded_too``, since
+    the batches it would share change its answer."""
+    if together < 2 or prompt_tokens > TOGETHER_PROMPT_MAX:
+        return None
+    if request.seed is not None and not seeded_too:
+        return None
+    namespace, model = request.cache.namespace, request.model
+
+    def borrow(take_back: Callable[[], None]) -> Lease | None:
+        return ledger.try_borrow(namespace, prompt, model=model, take_back=take_back)
+
+    def give_back(lease: Lease) -> None:
+        ledger.abandon(lease)
+        after_give_back()
+
+    return SpareSlots(borrow, give_back, together)
 
 
 RunAttempt = Callable[[PhaseContext, int, int], AsyncGenerator["ReasoningDelta | Attempt", None]]
