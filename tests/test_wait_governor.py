@@ -55,12 +55,18 @@ def test_fewer_threads_when_others_keep_working_and_more_only_after_quiet() -> N
     # A light client beside it (under SLACK_CORES of a core) leaves both cores the engine's.
     for _ in range(2 * BUSY_SAMPLES):
         assert decision.observe(SLACK_CORES - 0.05) == Setting(2, spinning=True)
-    # A burst (a client starting, a request parsed) is one reading: not enough to halve the speed.
-    assert decision.observe(0.9) == Setting(2, spinning=True)
+    # A client's burst (its start, a request parsed) is one reading: not worth halving the speed.
+    assert decision.observe(0.8) == Setting(2, spinning=True)
     assert decision.observe(0.0) == Setting(2, spinning=True)
+    # Most of a core kept busy: fewer threads once it lasts.
     for _ in range(BUSY_SAMPLES - 1):
-        assert decision.observe(1.0) == Setting(2, spinning=True)
-    assert decision.observe(1.0) == Setting(1, spinning=False)  # one core taken, and kept
+        assert decision.observe(0.7) == Setting(2, spinning=True)
+    assert decision.observe(0.7) == Setting(1, spinning=False)
+    for _ in range(QUIET_SAMPLES):
+        decision.observe(0.0)
+    assert decision.setting == Setting(2, spinning=True)
+    # A whole core taken (another engine decoding): at once, spinning beside it would stall.
+    assert decision.observe(1.0) == Setting(1, spinning=False)
     assert decision.observe(0.0) == Setting(1, spinning=False)
     assert decision.observe(0.9) == Setting(1, spinning=False)  # busy again: the quiet count restarts
     for _ in range(QUIET_SAMPLES):
@@ -72,14 +78,11 @@ def test_on_more_cores_the_threads_follow_the_free_ones_and_sleep() -> None:
     decision = Decision(cores=8, threads=8)
     for _ in range(QUIET_SAMPLES):
         decision.observe(0.0)
-    for _ in range(BUSY_SAMPLES):
-        setting = decision.observe(2.6)
-    assert setting == Setting(5, spinning=False)  # 8 - 2.6 + slack, rounded down
-    decision.observe(7.9)
-    assert decision.observe(5.0) == Setting(3, spinning=False)  # the busy readings' least drop
-    for _ in range(BUSY_SAMPLES):
-        setting = decision.observe(7.9)
-    assert setting == Setting(1, spinning=False)  # never none
+    assert decision.observe(2.6) == Setting(6, spinning=False)  # a burst's slack, at once
+    assert decision.observe(2.6) == Setting(5, spinning=False)  # 8 - 2.6 + slack, once it lasts
+    assert decision.observe(4.5) == Setting(4, spinning=False)  # at once; 3 once it lasts
+    assert decision.observe(4.6) == Setting(3, spinning=False)  # the busy readings' least drop
+    assert decision.observe(7.9) == Setting(1, spinning=False)  # never none
     decision = Decision(cores=8, threads=4)  # four threads asked for: other work on the other
     for _ in range(QUIET_SAMPLES):  # four cores leaves them theirs
         decision.observe(3.5)

@@ -8,11 +8,14 @@ sleeping threads still meet at every barrier, so the slowest one, the one sharin
 the pace. So a thread in this process reads, every ``INTERVAL_S``, how much CPU the rest of the
 machine used on the cores this process may run on (``/proc/stat`` less this process's own
 time), and through ``gomp_dials.py`` gives llama.cpp as many threads as there are cores left
-free (at least one), spinning only when that is all of them. Busier: fewer threads after
-``BUSY_SAMPLES`` readings in a row; quieter: more again after ``QUIET_SAMPLES``. A single busy
-reading is not enough: a client on the same machine (the process starting, a burst of parsing
-as a request begins) shows as one, and halving llama.cpp's speed for it costs far more than
-the client's slice of a core. One governor per process: libgomp's settings are the process's.
+free (at least one), spinning only when that is all of them. Quieter: more threads again after
+``QUIET_SAMPLES`` readings in a row. Busier: fewer threads after ``BUSY_SAMPLES`` readings, or
+at once when a single reading leaves fewer cores free even with ``BURST_CORES`` more of slack.
+A client on the same machine shows as a short burst (the process starting, a request being
+parsed), and halving llama.cpp's speed for it costs more than its slice of a core; another
+engine decoding, even for a short request, takes a whole core in one reading, and spinning
+threads beside it lose most of their speed at once. One governor per process: libgomp's
+settings are the process's.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ INTERVAL_S = 0.2
 QUIET_SAMPLES = 3  # 0.6 s of quiet before more threads
 BUSY_SAMPLES = 2  # 0.4 s of other work before fewer
 SLACK_CORES = 0.4  # other work below this is a light client or noise: the core still counts as free
+BURST_CORES = 0.5  # one reading's further slack, for a burst (2 cores: more than 0.9 of one drops)
 SPINNING = 300_000  # libgomp's default
 SLEEPING = 0
 
@@ -94,8 +98,10 @@ class Decision:
         return Setting(self.threads, spinning=self.threads == self.most)
 
     def observe(self, others: float) -> Setting:
-        free = math.floor(self.cores - others + SLACK_CORES)
-        wanted = max(1, min(self.most, free))
+        wanted = self._fitting(others, SLACK_CORES)
+        at_once = self._fitting(others, SLACK_CORES + BURST_CORES)
+        if at_once < self.threads:
+            self.threads, self.rising, self.falling = at_once, 0, 0
         if wanted < self.threads:
             self.rising = 0
             self.fall_to = wanted if self.falling == 0 else max(self.fall_to, wanted)
@@ -111,6 +117,10 @@ class Decision:
         else:
             self.rising = self.falling = 0
         return self.setting
+
+    def _fitting(self, others: float, slack: float) -> int:
+        """Threads for the cores the others leave free, counting ``slack`` of a core as free."""
+        return max(1, min(self.most, math.floor(self.cores - others + slack)))
 
 
 class WaitGovernor:
