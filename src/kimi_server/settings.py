@@ -5,7 +5,6 @@ The TOML file is named by ``--config`` or ``KIMI_CONFIG``; see docs/configuratio
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 from collections.abc import Iterator
@@ -38,7 +37,13 @@ from kimi_server.settings_tables import (
     UpstreamCapabilities,
     UpstreamConfig,
 )
-from kimi_server.unknown_settings import UnknownSettingError, check_toml_file, explain_extras, unknown_environment
+from kimi_server.unknown_settings import (
+    UnknownSettingError,
+    check_price_models,
+    check_toml_file,
+    explain_extras,
+    unknown_environment,
+)
 
 __all__ = [
     "DEFAULT_BUDGETS",
@@ -337,18 +342,3 @@ def _reading(config_file: Path | None) -> Iterator[None]:
         yield
     finally:
         _config_file.reset(token)
-
-
-def check_price_models(settings: Settings) -> None:
-    """A price under a mistyped id would leave the real model unpriced and its budgets silently
-    free: each price must name a model this server can serve."""
-    from kimi_server.policy.catalogue import CATALOGUE
-
-    served = sorted({spec.id for spec in CATALOGUE} | set(settings.routes))
-    named = [("prices", name) for name in settings.prices]
-    named += [(f"model_aliases.{alias}", target) for alias, target in settings.model_aliases.items()]
-    for where, name in named:
-        if name not in served:
-            close = difflib.get_close_matches(name, served, n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else f"the models are {', '.join(served)}"
-            raise UnknownSettingError(f"{where}: '{name}' is not a model this server serves; {hint}")

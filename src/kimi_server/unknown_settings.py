@@ -4,7 +4,8 @@ nearest setting, since the environment is shared with other tools that may use t
 ``strict_settings`` it stops start-up too.
 
 Pydantic-settings ignores environment variables that match no field, and a forbidden extra
-key alone would not say what was meant, so both are checked here, before anything loads.
+key alone would not say what was meant, so both are checked here, before anything loads. So
+are the model ids that prices and aliases name.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import tomllib
 import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
+
+if TYPE_CHECKING:
+    from kimi_server.settings import Settings
 
 ENV_PREFIX = "KIMI_"
 # KIMI_* variables that are not settings: the config file's name, the test suite's switches, the chat client's.
@@ -138,3 +142,18 @@ def _nested_model(annotation: Any) -> tuple[type[BaseModel] | None, str]:
 
 def _is_model(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def check_price_models(settings: Settings) -> None:
+    """A price under a mistyped id would leave the real model unpriced and its budgets silently
+    free: each price must name a model this server can serve."""
+    from kimi_server.policy.catalogue import CATALOGUE
+
+    served = sorted({spec.id for spec in CATALOGUE} | set(settings.routes))
+    named = [("prices", name) for name in settings.prices]
+    named += [(f"model_aliases.{alias}", target) for alias, target in settings.model_aliases.items()]
+    for where, name in named:
+        if name not in served:
+            close = difflib.get_close_matches(name, served, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'?" if close else f"the models are {', '.join(served)}"
+            raise UnknownSettingError(f"{where}: '{name}' is not a model this server serves; {hint}")
